@@ -1,0 +1,50 @@
+"""The exceptions toolroute raises.
+
+::
+
+    ToolrouteError
+     ├── CatalogError(ValueError)    a tool definition or catalogue file is malformed
+     ├── ConfigError(ValueError)     an option is out of range or names an unknown tool
+     ├── EmbedderError               an embedder could not produce vectors
+     │    └── ModelIntegrityError    a model or tokenizer file does not match its pinned sha256
+     └── ProviderError               a remote provider failed (HTTP status, timeout, garbage)
+
+Expected degradation (an embedder that failed during selection, say) is not an
+exception: it is reported as a value, ``Selection.outcome``.
+"""
+
+from __future__ import annotations
+
+
+class ToolrouteError(Exception):
+    """Base class of every error toolroute raises on purpose."""
+
+
+class CatalogError(ToolrouteError, ValueError):
+    """A tool definition or catalogue file is malformed."""
+
+
+class ConfigError(ToolrouteError, ValueError):
+    """An option is out of range or refers to something that does not exist."""
+
+
+class EmbedderError(ToolrouteError):
+    """An embedder could not produce vectors."""
+
+
+class ModelIntegrityError(EmbedderError):
+    """A model or tokenizer file does not match its pinned sha256."""
+
+
+class ProviderError(ToolrouteError):
+    """A remote provider failed.
+
+    Attributes:
+        status: the HTTP status, when the provider answered.
+        retryable: whether trying again later may succeed.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable

@@ -1,0 +1,295 @@
+"""``ToolIndex``: synchronous recall and selection over one catalogue, for scripts and the CLI."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ._cache import EmbeddingCache, default_cache_dir
+from ._catalog import Catalog
+from ._errors import ConfigError
+from ._fusion import fuse
+from ._keyword import KeywordIndex
+from ._outcome import Outcome
+from ._policy import Policy, apply_policy
+from ._selection import Ranking, Selection
+from ._text import embedding_text, keyword_document, tokenize
+from ._vectors import VectorIndex, top_k
+
+if TYPE_CHECKING:
+    from .providers import Embedder
+
+STRATEGIES = ("keyword", "semantic", "combined")
+Strategy = Literal["keyword", "semantic", "combined"]
+Progress = Callable[[int, int], None]
+
+_DEFAULT: object = object()
+
+
+class ToolIndex:
+    """Keyword and embedding recall over a catalogue, plus the selection policy.
+
+    Built once: the keyword index at once, tool embeddings from the disk cache or the embedder.
+    If the embedder fails while building or while embedding a query, recall falls back to
+    keyword-only and the result says so (``outcome = degraded``) — nothing raises.
+
+    Args:
+        catalog: the tools.
+        embedder: an ``Embedder``; by default the embedded offline MiniLM model; ``None`` for
+            keyword-only.
+        cache: an ``EmbeddingCache``, a directory, or ``None`` for no disk cache; by default
+            the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides it).
+        strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
+        progress: called as ``progress(done, total)`` while tools are embedded.
+
+    Raises:
+        ConfigError: an unknown strategy, or ``semantic``/``combined`` without an embedder.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        embedder: Embedder | None | object = _DEFAULT,
+        cache: EmbeddingCache | str | os.PathLike[str] | None | object = _DEFAULT,
+        strategy: Strategy | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        started = time.perf_counter()
+        if not isinstance(catalog, Catalog):
+            raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
+        self.catalog = catalog
+        self._ids = catalog.ids
+        self.keyword = KeywordIndex([keyword_document(tool) for tool in catalog])
+        if embedder is _DEFAULT:
+            from .providers import default_embedder
+
+            embedder = default_embedder()
+        self.embedder: Embedder | None = embedder  # type: ignore[assignment]
+        if strategy is None:
+            strategy = "combined" if self.embedder is not None else "keyword"
+        self.strategy: Strategy = _check_strategy(strategy, has_embedder=self.embedder is not None)
+        self.vectors: VectorIndex | None = None
+        #: Why embeddings are unavailable, when they are.
+        self.degraded_reason = ""
+        if self.embedder is not None:
+            self._embed_catalog(self.embedder, _open_cache(cache), progress)
+        self.build_s = time.perf_counter() - started
+
+    def _embed_catalog(
+        self, embedder: Embedder, cache: EmbeddingCache | None, progress: Progress | None
+    ) -> None:
+        texts = [embedding_text(tool) for tool in self.catalog]
+        try:
+            vectors = embed_with_cache(embedder, texts, cache, progress)
+        except Exception as exc:  # any embedder failure degrades to keyword-only recall
+            self.degraded_reason = f"embedder failed while indexing: {_brief(exc)}"
+            return
+        self.vectors = VectorIndex(vectors)
+
+    # -- recall -------------------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, *, strategy: Strategy | None = None) -> Ranking:
+        """The ``k`` best tools for ``query``, before any selection policy."""
+        strategy = self._strategy(strategy)
+        query_vector, reason = None, self.degraded_reason
+        if strategy != "keyword" and self.vectors is not None and query.strip():
+            query_vector, reason = self._embed_query(query)
+        return self._rank(query, k, strategy, query_vector, reason)
+
+    def search_many(
+        self, queries: Sequence[str], k: int = 10, *, strategy: Strategy | None = None
+    ) -> list[Ranking]:
+        """``search`` for many queries, embedding them in batches."""
+        strategy = self._strategy(strategy)
+        vectors: Sequence[npt.NDArray[np.float32] | None] = [None] * len(queries)
+        reason = self.degraded_reason
+        if strategy != "keyword" and self.vectors is not None and self.embedder is not None:
+            try:
+                vectors = list(_checked(self.embedder.embed(list(queries)), len(queries)))
+            except Exception as exc:  # degrade every query to keyword-only
+                reason = f"embedder failed on the queries: {_brief(exc)}"
+        return [self._rank(q, k, strategy, v, reason) for q, v in zip(queries, vectors, strict=True)]
+
+    def _embed_query(self, query: str) -> tuple[npt.NDArray[np.float32] | None, str]:
+        assert self.embedder is not None
+        try:
+            return _checked(self.embedder.embed([query]), 1)[0], ""
+        except Exception as exc:  # the selection degrades; it never raises
+            return None, f"embedder failed on the query: {_brief(exc)}"
+
+    def _rank(
+        self,
+        query: str,
+        k: int,
+        strategy: Strategy,
+        query_vector: npt.NDArray[np.float32] | None,
+        reason: str,
+    ) -> Ranking:
+        if not query.strip():
+            return Ranking((), (), strategy, Outcome.SKIPPED, "empty query")
+        tokens = tokenize(query)
+        outcome = Outcome.APPLIED
+        if strategy != "keyword" and (query_vector is None or self.vectors is None):
+            strategy, outcome = "keyword", Outcome.DEGRADED
+        if strategy == "keyword":
+            scores = self.keyword.bm25(tokens)
+            picked = top_k(scores, k, floor=0.0)
+            baseline = 0.0
+        else:
+            assert self.vectors is not None and query_vector is not None
+            cosine = self.vectors.scores(query_vector)
+            if strategy == "semantic":
+                scores = cosine
+            else:
+                scores = fuse(cosine, self.keyword.coverage(tokens))
+            picked = top_k(scores, k)
+            finite = scores[np.isfinite(scores)]
+            baseline = float(finite.mean()) if finite.size else 0.0
+        return Ranking(
+            tuple(self._ids[i] for i in picked),
+            tuple(float(scores[i]) for i in picked),
+            strategy,
+            outcome,
+            reason if outcome is Outcome.DEGRADED else "",
+            baseline,
+        )
+
+    # -- selection ----------------------------------------------------------------------------
+
+    def select(
+        self,
+        query: str,
+        *,
+        strategy: Strategy | None = None,
+        max_tools: int = 5,
+        threshold: float | None = None,
+        adaptive: bool = True,
+        always_active: Sequence[str] = (),
+        related: Mapping[str, Sequence[str]] | None = None,
+        max_related: int = 5,
+        policy: Policy | None = None,
+    ) -> Selection:
+        """The tools to show the model for ``query``.
+
+        Args:
+            query: the user's request (or the text extracted from a conversation).
+            strategy: ``keyword``, ``semantic`` or ``combined``; the index default otherwise.
+            policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
+            Other arguments build the ``Policy`` (see its attributes).
+
+        Returns:
+            A ``Selection``; ``outcome`` is ``degraded`` when the embedder failed and recall
+            fell back to keywords, ``skipped`` for an empty query (then only
+            ``always_active`` tools are returned).
+
+        Raises:
+            ConfigError: an option is out of range or names a tool not in the catalogue.
+        """
+        started = time.perf_counter()
+        if policy is None:
+            try:
+                policy = Policy(
+                    max_tools=max_tools,
+                    threshold=threshold,
+                    adaptive=adaptive,
+                    always_active=always_active,
+                    related=related or {},
+                    max_related=max_related,
+                )
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"invalid selection option: {exc}") from None
+        policy.check_ids(self.catalog)
+        ranking = self.search(query, max(policy.max_tools, 1), strategy=strategy)
+        picks = apply_policy(
+            list(zip(ranking.tool_ids, ranking.scores, strict=True)),
+            policy,
+            baseline=ranking.baseline,
+            use_threshold=ranking.outcome is Outcome.APPLIED,
+        )
+        return Selection(
+            tool_ids=tuple(p.id for p in picks),
+            scores=tuple(p.score for p in picks),
+            strategy=ranking.strategy,
+            outcome=ranking.outcome,
+            reason=ranking.reason,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            sources=tuple(p.source for p in picks),
+        )
+
+    def _strategy(self, strategy: Strategy | None) -> Strategy:
+        if strategy is None:
+            return self.strategy
+        return _check_strategy(strategy, has_embedder=self.embedder is not None)
+
+
+def embed_with_cache(
+    embedder: Embedder,
+    texts: Sequence[str],
+    cache: EmbeddingCache | None,
+    progress: Progress | None = None,
+) -> npt.NDArray[np.float32]:
+    """Vectors of ``texts``: cached ones from disk, the rest from the embedder (then cached).
+
+    Raises whatever the embedder raises; a broken cache only costs re-embedding.
+    """
+    dim = int(embedder.dim)
+    if cache is not None:
+        vectors, found = cache.get_many(embedder.identity, dim, texts)
+    else:
+        vectors, found = np.zeros((len(texts), dim), dtype=np.float32), np.zeros(len(texts), bool)
+    missing = np.flatnonzero(~found)
+    total = len(missing)
+    if progress is not None:
+        progress(0, total)
+    step = max(1, int(embedder.max_batch)) * 4  # a few model batches between progress reports
+    done = 0
+    try:
+        for done in range(0, total, step):
+            chunk = missing[done : done + step]
+            vectors[chunk] = _checked(embedder.embed([texts[i] for i in chunk]), len(chunk))
+            if progress is not None:
+                progress(min(done + step, total), total)
+        done = total
+    finally:
+        # One write at the end (or at a failure, keeping what was embedded): the cache
+        # merges whole files, so writing per chunk would cost quadratic I/O.
+        if cache is not None and done:
+            kept = missing[:done]
+            cache.put_many(embedder.identity, [texts[i] for i in kept], vectors[kept])
+    return vectors
+
+
+def _checked(vectors: object, count: int) -> npt.NDArray[np.float32]:
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2 or array.shape[0] != count:
+        raise ValueError(f"embedder returned shape {array.shape}, expected ({count}, dim)")
+    return array
+
+
+def _open_cache(cache: object) -> EmbeddingCache | None:
+    if cache is _DEFAULT:
+        return EmbeddingCache(default_cache_dir())
+    if cache is None or isinstance(cache, EmbeddingCache):
+        return cache
+    if isinstance(cache, str | os.PathLike):
+        return EmbeddingCache(cache)
+    raise ConfigError(f"cache must be an EmbeddingCache, a directory or None, got {type(cache).__name__}")
+
+
+def _check_strategy(strategy: str, *, has_embedder: bool) -> Strategy:
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if strategy != "keyword" and not has_embedder:
+        raise ConfigError(f"strategy {strategy!r} needs an embedder; this index has none")
+    return strategy  # type: ignore[return-value]
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:200]}"

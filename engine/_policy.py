@@ -1,0 +1,133 @@
+"""The selection policy: a pure function from ranked candidates to the tools to show."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from ._errors import ConfigError
+
+#: toolpick's elbow: cut where one gap is at least this share of the top score's lead.
+GAP_RATIO = 0.4
+#: The elbow never cuts below this many results (unless ``max_tools`` is smaller).
+MIN_ADAPTIVE = 2
+
+
+def _related_map(value: Mapping[str, Sequence[str]] | None) -> Mapping[str, tuple[str, ...]]:
+    if not value:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"related must map a tool id to a list of tool ids, got {type(value).__name__}")
+    out: dict[str, tuple[str, ...]] = {}
+    for key, targets in value.items():
+        if isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
+            raise ConfigError(f"related[{key!r}] must be a list of tool ids, got {targets!r}")
+        out[key] = tuple(targets)
+    return out
+
+
+def _id_tuple(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigError(f"always_active must be a list of tool ids, got the string {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
+@attrs.frozen(kw_only=True)
+class Policy:
+    """How many of the ranked tools to show, and which to add regardless.
+
+    Attributes:
+        max_tools: ceiling on ranked picks (always-active and related tools come on top).
+        threshold: drop ranked tools scoring below this, on the strategy's score scale
+            (cosine for ``semantic``, BM25 for ``keyword``, cosine + coverage boost for
+            ``combined``). Not applied when recall degraded to keyword-only.
+        adaptive: cut the ranked list at its elbow (a large drop in score).
+        always_active: tool ids included in every selection, first.
+        related: one-direction expansion, ``{id: [ids shown with it]}``.
+        max_related: ceiling on tools added by ``related``.
+    """
+
+    max_tools: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    threshold: float | None = None
+    adaptive: bool = True
+    always_active: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
+    related: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=_related_map, hash=False)
+    max_related: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+
+    def check_ids(self, known: Mapping[str, object] | Sequence[str] | object) -> None:
+        """Raise ``ConfigError`` naming every id the catalogue does not have."""
+        unknown = [i for i in self.always_active if i not in known]  # type: ignore[operator]
+        if unknown:
+            raise ConfigError(f"always_active names tools not in the catalogue: {', '.join(map(repr, unknown))}")
+        for key, targets in self.related.items():
+            missing = [i for i in (key, *targets) if i not in known]  # type: ignore[operator]
+            if missing:
+                raise ConfigError(f"related[{key!r}] names tools not in the catalogue: {', '.join(map(repr, missing))}")
+
+
+@attrs.frozen
+class Pick:
+    """One chosen tool: its score (``None`` when a rule, not the ranking, added it) and why."""
+
+    id: str
+    score: float | None
+    source: str  # "ranked" | "always_active" | "related"
+
+
+def apply_policy(
+    ranked: Sequence[tuple[str, float]],
+    policy: Policy,
+    *,
+    baseline: float = 0.0,
+    use_threshold: bool = True,
+) -> list[Pick]:
+    """Choose the tools to show from candidates ranked best first.
+
+    Args:
+        ranked: ``(tool id, score)`` pairs, best first, ties already broken.
+        baseline: a score meaning "no evidence" on this scale (the catalogue's median score);
+            the elbow measures gaps against the lead of the top score over it, so it works on
+            scales that may be negative.
+        use_threshold: ``False`` when recall degraded and scores are on another scale.
+    """
+    candidates = list(ranked)
+    if use_threshold and policy.threshold is not None:
+        candidates = [(i, s) for i, s in candidates if s >= policy.threshold]
+    candidates = candidates[: policy.max_tools]
+    if policy.adaptive:
+        candidates = elbow(candidates, baseline=baseline)
+    scores = dict(ranked)
+    picks = [Pick(i, scores.get(i), "always_active") for i in policy.always_active]
+    seen = set(policy.always_active)
+    for tool_id, score in candidates:
+        if tool_id not in seen:
+            seen.add(tool_id)
+            picks.append(Pick(tool_id, score, "ranked"))
+    budget = policy.max_related
+    for tool_id, _ in candidates:
+        for other in policy.related.get(tool_id, ()):
+            if budget and other not in seen:
+                seen.add(other)
+                budget -= 1
+                picks.append(Pick(other, scores.get(other), "related"))
+    return picks
+
+
+def elbow(ranked: Sequence[tuple[str, float]], *, baseline: float = 0.0) -> list[tuple[str, float]]:
+    """Cut a best-first list at its first large drop (toolpick's gap rule, any scale).
+
+    A gap counts as large when it is at least ``GAP_RATIO`` of the top score's lead over
+    ``baseline``; the cut keeps at least ``MIN_ADAPTIVE`` results. With no lead there is no
+    elbow to find and the list is returned whole.
+    """
+    if len(ranked) <= MIN_ADAPTIVE:
+        return list(ranked)
+    lead = ranked[0][1] - baseline
+    if not lead > 0:
+        return list(ranked)
+    for i in range(len(ranked) - 1):
+        gap = ranked[i][1] - ranked[i + 1][1]
+        if i + 1 >= MIN_ADAPTIVE and gap / lead >= GAP_RATIO:
+            return list(ranked[: i + 1])
+    return list(ranked)

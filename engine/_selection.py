@@ -1,0 +1,47 @@
+"""What a selection returns."""
+
+from __future__ import annotations
+
+import attrs
+
+from ._outcome import Outcome
+
+
+@attrs.frozen
+class Selection:
+    """The tools to show the model for one request.
+
+    Attributes:
+        tool_ids: in order: always-active tools, ranked picks (best first), related tools.
+        scores: per tool, the score on the strategy's scale; ``None`` for tools a rule added
+            without a score.
+        strategy: the strategy that produced the ranking (``keyword`` when recall degraded).
+        outcome: ``applied``, ``degraded`` (embedder unavailable: keyword-only) or
+            ``skipped`` (empty request).
+        reason: why the outcome is not ``applied``; empty otherwise.
+        latency_ms: time spent selecting.
+        sources: per tool, why it is here: ``ranked``, ``always_active`` or ``related``.
+    """
+
+    tool_ids: tuple[str, ...]
+    scores: tuple[float | None, ...]
+    strategy: str
+    outcome: Outcome
+    reason: str = ""
+    latency_ms: float = 0.0
+    sources: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.tool_ids)
+
+
+@attrs.frozen
+class Ranking:
+    """Candidates best first, before any policy: what evaluation scores."""
+
+    tool_ids: tuple[str, ...]
+    scores: tuple[float, ...]
+    strategy: str
+    outcome: Outcome
+    reason: str = ""
+    baseline: float = 0.0

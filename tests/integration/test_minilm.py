@@ -1,0 +1,181 @@
+"""The bundled all-MiniLM-L6-v2 int8 embedder, run for real."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from toolroute import EmbedderError, ModelIntegrityError
+from toolroute.providers import Embedder, _minilm
+from toolroute.providers._minilm import (
+    MINILM_MODEL_SHA256,
+    MINILM_TOKENIZER_SHA256,
+    MiniLMEmbedder,
+    default_embedder,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def emb() -> MiniLMEmbedder:
+    return default_embedder()
+
+
+def test_satisfies_the_embedder_protocol(emb: MiniLMEmbedder) -> None:
+    assert isinstance(emb, Embedder)
+    assert emb.dim == 384
+    assert emb.max_batch == 32
+    assert emb.identity == "all-MiniLM-L6-v2-int8:" + MINILM_MODEL_SHA256[:16]
+
+
+def test_tokenizer_is_the_packaged_file(emb: MiniLMEmbedder) -> None:
+    assert emb.tokenizer_path == Path(_minilm.__file__).parent / "tokenizer.json"
+
+
+def test_shape_dtype_and_unit_norms(emb: MiniLMEmbedder) -> None:
+    out = emb.embed(["send an email", "what is the weather in Paris?", "x"])
+    assert out.shape == (3, 384)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+
+
+def test_empty_list_gives_zero_rows(emb: MiniLMEmbedder) -> None:
+    out = emb.embed([])
+    assert out.shape == (0, 384)
+    assert out.dtype == np.float32
+
+
+def test_empty_strings_embed_to_unit_vectors(emb: MiniLMEmbedder) -> None:
+    out = emb.embed(["", "hello", ""])
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(out[0], out[2], atol=1e-6)
+    np.testing.assert_allclose(emb.embed([""])[0], out[0], atol=1e-5)
+
+
+def test_same_text_gives_the_same_vector(emb: MiniLMEmbedder) -> None:
+    text = "book a table for two at an italian restaurant"
+    first = emb.embed([text])
+    np.testing.assert_array_equal(first, emb.embed([text]))
+    np.testing.assert_allclose(emb.embed([text, text])[1], first[0], atol=1e-5)
+
+
+def test_long_texts_are_truncated_not_rejected(emb: MiniLMEmbedder) -> None:
+    long_text = " ".join(["token"] * 2000)
+    out = emb.embed([long_text, "short"])
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(emb.embed([long_text])[0], out[0], atol=1e-5)
+
+
+def test_batches_restore_the_callers_order_and_match_single_calls() -> None:
+    rng = random.Random(7)
+    words = ["alpha", "beta", "tool", "search", "file", "weather", "flight", "hotel", "send"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 60))) for _ in range(75)]
+    small_batches = MiniLMEmbedder(max_batch=4)  # many batches of mixed lengths
+    batch = small_batches.embed(texts)
+    singles = np.vstack([small_batches.embed([t]) for t in texts])
+    np.testing.assert_allclose(batch, singles, atol=1e-5)
+    np.testing.assert_allclose(default_embedder().embed(texts), singles, atol=1e-5)
+
+
+def test_similar_sentences_are_closer_than_unrelated_ones(emb: MiniLMEmbedder) -> None:
+    a, b, c = emb.embed(
+        [
+            "What's the weather like in Berlin tomorrow?",
+            "Get the weather forecast for a city",
+            "Transfer money between two bank accounts",
+        ]
+    )
+    assert a @ b > a @ c + 0.2
+
+
+def test_embeds_from_several_threads(emb: MiniLMEmbedder) -> None:
+    texts = [f"query number {i}" for i in range(8)]
+    expected = emb.embed(texts)
+    results: dict[int, np.ndarray] = {}
+
+    def run(i: int) -> None:
+        results[i] = emb.embed([texts[i]])[0]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, row in results.items():
+        np.testing.assert_allclose(row, expected[i], atol=1e-5)
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def test_model_with_another_hash_raises_integrity_error(tmp_path: Path) -> None:
+    fake = tmp_path / "model.onnx"
+    fake.write_bytes(b"not the model")
+    found = hashlib.sha256(b"not the model").hexdigest()
+    with pytest.raises(ModelIntegrityError) as info:
+        MiniLMEmbedder(model_path=fake)
+    message = str(info.value)
+    assert str(fake) in message
+    assert MINILM_MODEL_SHA256 in message
+    assert found in message
+
+
+def test_tokenizer_with_another_hash_raises_integrity_error(tmp_path: Path) -> None:
+    fake = tmp_path / "tokenizer.json"
+    fake.write_text("{}")
+    with pytest.raises(ModelIntegrityError, match=MINILM_TOKENIZER_SHA256) as info:
+        MiniLMEmbedder(tokenizer_path=fake)
+    assert hashlib.sha256(b"{}").hexdigest() in str(info.value)
+
+
+def test_hash_is_checked_against_the_expected_value_given(tmp_path: Path) -> None:
+    # With the right expected hash the check passes and the runtime rejects the bytes:
+    # proves the check compares against the argument, before anything is loaded.
+    fake = tmp_path / "model.onnx"
+    fake.write_bytes(b"garbage model")
+    with pytest.raises(EmbedderError, match="onnxruntime cannot load") as info:
+        MiniLMEmbedder(model_path=fake, model_sha256=hashlib.sha256(b"garbage model").hexdigest())
+    assert not isinstance(info.value, ModelIntegrityError)
+
+
+def test_missing_file_raises_embedder_error_with_a_fix(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderError, match="reinstall") as info:
+        MiniLMEmbedder(model_path=tmp_path / "absent.onnx")
+    assert not isinstance(info.value, ModelIntegrityError)
+
+
+def test_rejects_a_non_positive_batch() -> None:
+    with pytest.raises(ValueError, match="max_batch"):
+        MiniLMEmbedder(max_batch=0)
+
+
+def test_default_embedder_loads_once_under_concurrent_first_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built: list[object] = []
+
+    class SlowToLoad:
+        def __init__(self) -> None:
+            time.sleep(0.05)
+            built.append(self)
+
+    monkeypatch.setattr(_minilm, "_default", None)
+    monkeypatch.setattr(_minilm, "MiniLMEmbedder", SlowToLoad)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(default_embedder())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1
+    assert got == built * 8
+
+
+def test_default_embedder_is_shared(emb: MiniLMEmbedder) -> None:
+    assert default_embedder() is emb

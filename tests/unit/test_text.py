@@ -1,0 +1,255 @@
+"""Tokenisation and the indexed text of a tool (engine/_text.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from toolroute import Tool, tokenize
+from toolroute._text import STOPWORDS, embedding_text, keyword_document, split_identifier, tool_text
+
+# -- split_identifier ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "parts"),
+    [
+        ("read_file", ["read", "file"]),
+        ("__private__name__", ["private", "name"]),
+        ("readFile", ["read", "File"]),
+        ("ReadFileContents", ["Read", "File", "Contents"]),
+        ("getHTTPResponse", ["get", "HTTP", "Response"]),
+        ("getHTTPResponse_v2", ["get", "HTTP", "Response", "v2"]),
+        ("parseURL", ["parse", "URL"]),
+        ("HTMLParser", ["HTML", "Parser"]),
+        ("base64Encode", ["base64", "Encode"]),
+        ("sha256", ["sha256"]),
+        ("v2_api", ["v2", "api"]),
+        ("math.factorial", ["math", "factorial"]),
+        ("spotify.playlist.addTrack", ["spotify", "playlist", "add", "Track"]),
+        ("kebab-case-name", ["kebab", "case", "name"]),
+        ("", []),
+        ("___", []),
+    ],
+)
+def test_split_identifier_splits_snake_camel_acronyms_digits_and_dots(
+    name: str, parts: list[str]
+) -> None:
+    assert split_identifier(name) == parts
+
+
+def test_split_identifier_keeps_case() -> None:
+    assert split_identifier("XMLHttpRequest") == ["XML", "Http", "Request"]
+
+
+# -- tokenize -----------------------------------------------------------------------------------
+
+
+def test_tokenize_lower_cases() -> None:
+    assert tokenize("Weather FORECAST Report") == ["weather", "forecast", "report"]
+
+
+def test_tokenize_drops_stopwords() -> None:
+    assert tokenize("What is the weather in the city") == ["weather", "city"]
+    assert all(word not in tokenize(word) for word in STOPWORDS)
+
+
+def test_tokenize_splits_identifiers_in_text() -> None:
+    assert tokenize("call sendEmailMessage or read_file") == [
+        "call",
+        "send",
+        "email",
+        "message",
+        "read",
+        "file",
+    ]
+
+
+def test_tokenize_splits_acronyms_and_folds_their_case() -> None:
+    assert tokenize("getHTTPResponse") == ["http", "response"]  # "get" is a stopword
+
+
+def test_tokenize_keeps_unicode_letters() -> None:
+    assert tokenize("café crème") == ["café", "crème"]
+    assert tokenize("Zürich Straße") == ["zürich", "straße"]
+
+
+def test_tokenize_splits_cjk_into_characters() -> None:
+    assert tokenize("搜索文件") == ["搜", "索", "文", "件"]
+    assert tokenize("ファイル") == ["フ", "ァ", "イ", "ル"]
+
+
+def test_tokenize_separates_latin_runs_from_cjk_characters() -> None:
+    assert tokenize("PDF文件") == ["pdf", "文", "件"]
+
+
+def test_tokenize_drops_stopwords_glued_to_cjk() -> None:
+    # Chinese text often glues English words to Han characters; the docstring promises
+    # stopwords are removed, so "the" must not survive just because "文件" follows it.
+    assert tokenize("the文件") == ["文", "件"]
+
+
+def test_tokenize_splits_identifiers_glued_to_cjk() -> None:
+    assert tokenize("readFile文件") == ["read", "file", "文", "件"]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "🎉🔥✨", "!?.,;:", "___", "--> <--", "🎉 ... 🎉"])
+def test_tokenize_emoji_and_punctuation_only_gives_nothing(text: str) -> None:
+    assert tokenize(text) == []
+
+
+def test_tokenize_keeps_words_next_to_emoji() -> None:
+    assert tokenize("🎉party🎉") == ["party"]
+
+
+@pytest.mark.parametrize(
+    ("word", "token"),
+    [
+        ("files", "file"),
+        ("searches", "search"),
+        ("boxes", "box"),
+        ("queries", "query"),
+        ("messages", "message"),
+        ("dishes", "dish"),
+        ("status", "status"),
+        ("class", "class"),
+        ("address", "address"),
+        ("gas", "gas"),
+        ("file", "file"),
+    ],
+)
+def test_tokenize_folds_plurals(word: str, token: str) -> None:
+    assert tokenize(word) == [token]
+
+
+def test_tokenize_plural_and_singular_meet() -> None:
+    assert tokenize("Files") == tokenize("file")
+    assert tokenize("SEARCHES") == tokenize("search")
+
+
+def test_tokenize_leaves_digit_words_unstemmed() -> None:
+    assert tokenize("v2s mp3s") == ["v2s", "mp3s"]
+
+
+def test_tokenize_custom_stopwords() -> None:
+    assert tokenize("the weather", stopwords=frozenset({"weather"})) == ["the"]
+
+
+# -- tool_text ----------------------------------------------------------------------------------
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    """``levels`` objects nested by ``field{n}``, each with a description ``about level n``."""
+    schema: dict[str, Any] = {"type": "string"}
+    for level in range(levels, 0, -1):
+        schema = {
+            "type": "object",
+            "properties": {
+                f"field{level}Name": {**schema, "description": f"about level {level}"}
+            },
+        }
+    return schema
+
+
+def test_tool_text_has_split_name_title_server_and_description() -> None:
+    tool = Tool(
+        id="x",
+        name="sendEmail_now",
+        description="Send an email message.",
+        server="mailServer",
+        title="Email sender",
+    )
+    assert tool_text(tool).split("\n") == [
+        "send Email now",
+        "Email sender",
+        "mail Server",
+        "Send an email message.",
+    ]
+
+
+def test_tool_text_includes_parameter_names_and_descriptions() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "cityName": {"type": "string", "description": "The city to look up"},
+            "unit_system": {"type": "string"},
+        },
+    }
+    text = tool_text(Tool("w", "get_weather", "Weather now", parameters=parameters))
+    lines = text.split("\n")
+    assert "city Name" in lines
+    assert "The city to look up" in lines
+    assert "unit system" in lines
+
+
+def test_tool_text_includes_nested_parameters_up_to_the_depth() -> None:
+    tool = Tool("t", "t", parameters=nested_schema(4))
+    text = tool_text(tool)
+    for level in range(1, 5):
+        assert f"field{level} Name" in text
+        assert f"about level {level}" in text
+
+
+def test_tool_text_stops_at_the_depth_bound() -> None:
+    tool = Tool("t", "t", parameters=nested_schema(6))
+    default = tool_text(tool)
+    assert "field4 Name" in default
+    assert "field5 Name" not in default
+    assert "about level 5" not in default
+    shallow = tool_text(tool, schema_depth=2)
+    assert "field2 Name" in shallow
+    assert "about level 2" in shallow
+    assert "field3 Name" not in shallow
+    assert "about level 3" not in shallow
+    assert tool_text(tool, schema_depth=0) == "t"
+
+
+def test_tool_text_reads_array_items() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "recipients": {
+                "type": "array",
+                "description": "Who gets it",
+                "items": {
+                    "type": "object",
+                    "properties": {"emailAddress": {"type": "string", "description": "An address"}},
+                },
+            }
+        },
+    }
+    text = tool_text(Tool("send", "send", parameters=parameters))
+    assert "recipients" in text
+    assert "Who gets it" in text
+    assert "email Address" in text
+    assert "An address" in text
+
+
+def test_tool_text_array_items_count_against_the_depth() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "rows": {"type": "array", "items": {"type": "object", "properties": {"cell": {}}}}
+        },
+    }
+    tool = Tool("t", "t", parameters=parameters)
+    assert "cell" in tool_text(tool, schema_depth=3)
+    assert "cell" not in tool_text(tool, schema_depth=2)  # properties -> items -> properties
+
+
+def test_tool_text_ignores_malformed_schema_parts() -> None:
+    parameters = {"properties": {"a": "not a schema", "b": {"description": 5}}, "items": [1]}
+    assert tool_text(Tool("t", "t", parameters=parameters)).split("\n") == ["t", "a", "b"]
+
+
+def test_embedding_text_has_split_name_description_and_top_level_parameter_names() -> None:
+    tool = Tool("w", "get_weather", "Weather now", parameters=nested_schema(2))
+    assert embedding_text(tool) == "get weather: Weather now (field1 Name)"
+    assert embedding_text(Tool("p", "ping")) == "ping: "
+
+
+def test_keyword_document_counts_the_name_twice() -> None:
+    doc = keyword_document(Tool("s", "search_files", "Find documents"))
+    assert doc.count("search") == 2
+    assert doc.count("file") == 2
+    assert doc.count("document") == 1

@@ -1,0 +1,182 @@
+"""top_k and VectorIndex (engine/_vectors.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from toolroute._vectors import VectorIndex, top_k
+
+
+def f32(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def reference_top_k(scores: np.ndarray, k: int, floor: float = -math.inf) -> list[int]:
+    """The obvious way: valid scores above floor, best first, ties by index."""
+    valid = [i for i, s in enumerate(scores.tolist()) if not math.isnan(s) and s > floor]
+    return sorted(valid, key=lambda i: (-float(scores[i]), i))[: max(k, 0)]
+
+
+# -- top_k --------------------------------------------------------------------------------------
+
+
+def test_top_k_returns_best_first() -> None:
+    assert top_k(f32(0.1, 0.9, 0.5, 0.7), 3).tolist() == [1, 3, 2]
+
+
+def test_top_k_breaks_ties_by_index() -> None:
+    scores = f32(0.5, 0.9, 0.5, 0.9, 0.5)
+    assert top_k(scores, 5).tolist() == [1, 3, 0, 2, 4]
+    assert top_k(scores, 3).tolist() == [1, 3, 0]
+
+
+def test_top_k_ties_at_the_cut_keep_the_lowest_indexes() -> None:
+    scores = np.full(100, 0.25, dtype=np.float32)
+    scores[[97, 98]] = 0.5
+    assert top_k(scores, 4).tolist() == [97, 98, 0, 1]
+
+
+def test_top_k_is_deterministic() -> None:
+    rng = np.random.default_rng(0)
+    scores = rng.integers(0, 5, size=500).astype(np.float32)
+    first = top_k(scores, 40)
+    for _ in range(5):
+        np.testing.assert_array_equal(top_k(scores.copy(), 40), first)
+    assert first.tolist() == reference_top_k(scores, 40)
+
+
+def test_top_k_never_returns_nan_or_negative_infinity() -> None:
+    scores = f32(math.nan, -math.inf, 0.3, math.nan, -1.0, -math.inf)
+    assert top_k(scores, 6).tolist() == [2, 4]
+
+
+def test_top_k_all_invalid_returns_nothing() -> None:
+    assert top_k(f32(math.nan, -math.inf), 2).tolist() == []
+
+
+def test_top_k_larger_than_n_returns_all_valid() -> None:
+    assert top_k(f32(0.2, 0.1, math.nan), 10).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("k", [0, -1])
+def test_top_k_zero_or_negative_k_returns_nothing(k: int) -> None:
+    result = top_k(f32(0.2, 0.1), k)
+    assert result.tolist() == []
+    assert result.dtype == np.intp
+
+
+def test_top_k_of_no_scores_is_empty() -> None:
+    assert top_k(np.empty(0, dtype=np.float32), 3).tolist() == []
+
+
+def test_top_k_floor_is_exclusive() -> None:
+    assert top_k(f32(0.0, 0.5, -0.5, 0.0), 4, floor=0.0).tolist() == [1]
+
+
+# -- VectorIndex --------------------------------------------------------------------------------
+
+
+def test_vector_index_scores_are_dot_products() -> None:
+    index = VectorIndex(np.array([[1, 0], [0.6, 0.8], [0, -1]], dtype=np.float32))
+    assert index.scores(f32(1, 0)).tolist() == pytest.approx([1.0, 0.6, 0.0])
+    assert len(index) == 3
+    assert index.dim == 2
+
+
+def test_zero_and_nan_rows_score_negative_infinity() -> None:
+    matrix = np.array(
+        [[1, 0], [0, 0], [math.nan, 1], [math.inf, 0], [0, -math.inf], [0, 1]], dtype=np.float32
+    )
+    index = VectorIndex(matrix)
+    assert index.valid.tolist() == [True, False, False, False, False, True]
+    scores = index.scores(f32(0.6, 0.8))
+    assert scores[[0, 5]].tolist() == pytest.approx([0.6, 0.8])
+    assert np.isneginf(scores[1:5]).all()
+    many = index.scores_many(np.array([[1, 0], [0, 1]], dtype=np.float32))
+    assert many.shape == (2, 6)
+    assert np.isneginf(many[:, 1:5]).all()
+    assert top_k(scores, 6).tolist() == [5, 0]
+
+
+def test_vector_index_copies_and_freezes_its_matrix() -> None:
+    matrix = np.array([[1, 0], [math.nan, 0]], dtype=np.float32)
+    index = VectorIndex(matrix)
+    assert math.isnan(matrix[1, 0])  # the caller's array is untouched
+    matrix[0, 0] = 0.0
+    assert index.matrix[0, 0] == 1.0
+    assert not index.matrix.flags.writeable
+    assert not index.valid.flags.writeable
+
+
+def test_vector_index_with_no_rows_scores_nothing() -> None:
+    index = VectorIndex(np.zeros((0, 4), dtype=np.float32))
+    assert index.scores(f32(1, 0, 0, 0)).shape == (0,)
+    assert top_k(index.scores(f32(1, 0, 0, 0)), 3).tolist() == []
+
+
+def test_vector_index_rejects_non_matrices() -> None:
+    with pytest.raises(ValueError, match="2-d matrix"):
+        VectorIndex(np.zeros(4, dtype=np.float32))
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+# Finite elements are bounded so a dot product never overflows float32.
+elements = st.one_of(
+    st.floats(-4, 4, width=32),
+    st.sampled_from([0.0, math.nan, math.inf, -math.inf]),
+)
+
+
+@st.composite
+def matrices_with_invalid_rows(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    rows = draw(st.integers(0, 12))
+    dim = draw(st.integers(1, 6))
+    matrix = draw(hnp.arrays(np.float32, (rows, dim), elements=elements))
+    # Force whole zero and NaN rows in as well as scattered specials.
+    for row in draw(st.lists(st.integers(0, max(rows - 1, 0)), max_size=3)) if rows else []:
+        matrix[row] = draw(st.sampled_from([0.0, math.nan]))
+    query = draw(hnp.arrays(np.float32, (dim,), elements=st.floats(-1, 1, width=32)))
+    return matrix, query
+
+
+@settings(max_examples=150, deadline=None)
+@given(matrices_with_invalid_rows(), st.integers(-1, 15))
+def test_top_k_over_vector_scores_matches_a_naive_sort(
+    case: tuple[np.ndarray, np.ndarray], k: int
+) -> None:
+    matrix, query = case
+    index = VectorIndex(matrix)
+    scores = index.scores(query)
+    result = top_k(scores, k).tolist()
+    invalid = {i for i, row in enumerate(matrix) if not np.isfinite(row).all() or not row.any()}
+    assert not invalid & set(result)
+    assert all(scores[a] >= scores[b] for a, b in zip(result, result[1:], strict=False))
+    assert result == reference_top_k(scores, k)
+    assert len(result) == min(max(k, 0), len(matrix) - len(invalid))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    hnp.arrays(
+        np.float32,
+        st.integers(0, 40),
+        elements=st.one_of(
+            st.floats(width=32, allow_nan=True, allow_infinity=True),
+            st.sampled_from([0.0, -0.0, 1.0, math.nan, -math.inf]),
+        ),
+    ),
+    st.integers(-2, 50),
+    st.sampled_from([-math.inf, 0.0, 0.5]),
+)
+def test_top_k_matches_a_naive_sort_with_ties_and_specials(
+    scores: np.ndarray, k: int, floor: float
+) -> None:
+    result = top_k(scores, k, floor=floor).tolist()
+    assert result == reference_top_k(scores, k, floor)
+    assert not any(math.isnan(scores[i]) or scores[i] == -math.inf for i in result)

@@ -56,8 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     _index_options(ev)
     ev.add_argument("--queries", required=True, help='[{"query": str, "expected": str | [str]}]')
     ev.add_argument("--k", default="1,3,5", type=_ks, help="cut-offs, comma separated (1,3,5)")
-    ev.add_argument("--split", choices=("all", "dev", "test"), default="all",
-                    help="the fixed sha1 split of the queries to score (all)")
+    ev.add_argument(
+        "--split",
+        choices=("all", "dev", "test"),
+        default="all",
+        help="the fixed sha1 split of the queries to score (all)",
+    )
     ev.add_argument("--sample", type=int, default=None, help="score a seeded sample of N queries")
     ev.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
@@ -73,8 +77,12 @@ def _parser() -> argparse.ArgumentParser:
 def _index_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tools", required=True, help="tool definitions (any supported format)")
     parser.add_argument("--format", default=None, help="tool file format (auto-detected)")
-    parser.add_argument("--strategy", choices=STRATEGIES, default=None,
-                        help="recall strategy (combined; keyword with --embedder none)")
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=None,
+        help="recall strategy (combined; keyword with --embedder none)",
+    )
     parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="(minilm)")
     parser.add_argument("--cache-dir", default=None, help="embedding cache directory")
     parser.add_argument("--no-cache", action="store_true", help="do not cache embeddings")
@@ -84,13 +92,17 @@ def _ks(text: str) -> list[int]:
     try:
         ks = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not ks or ks[0] < 1:
         raise argparse.ArgumentTypeError(f"cut-offs must be positive integers, got {text!r}")
     return ks
 
 
-def _build(args: argparse.Namespace, catalog: Catalog, progress: Progress | None = None) -> ToolIndex:
+def _build(
+    args: argparse.Namespace, catalog: Catalog, progress: Progress | None = None
+) -> ToolIndex:
     embedder: Any
     if args.embedder == "none":
         embedder = None
@@ -136,7 +148,9 @@ def _selection_json(selection: Selection) -> dict[str, Any]:
 
 
 def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None:
-    status = "" if selection.outcome == "applied" else f"  [{selection.outcome}: {selection.reason}]"
+    status = (
+        "" if selection.outcome == "applied" else f"  [{selection.outcome}: {selection.reason}]"
+    )
     print(f"{query}\n  {selection.strategy}, {selection.latency_ms:.1f} ms{status}")
     for rank, (tool_id, score, source) in enumerate(
         zip(selection.tool_ids, selection.scores, selection.sources, strict=True), 1
@@ -158,7 +172,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     if args.sample is not None and args.sample < len(queries):
         queries = random.Random(args.seed).sample(queries, args.sample)
     index = _build(args, catalog, None if args.json else _progress_printer())
-    k = max(args.k + [5])
+    k = max([*args.k, 5])
     rankings, latencies = [], []
     for query in queries:
         started = time.perf_counter()
@@ -172,8 +186,10 @@ def _run_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
         return 0
-    print(f"{report['n']} queries ({report['n_no_tool']} without an expected tool skipped), "
-          f"{len(catalog)} tools, strategy {index.strategy}, build {index.build_s:.2f} s")
+    print(
+        f"{report['n']} queries ({report['n_no_tool']} without an expected tool skipped), "
+        f"{len(catalog)} tools, strategy {index.strategy}, build {index.build_s:.2f} s"
+    )
     ci: dict[str, list[float]] = report["ci"]  # type: ignore[assignment]
     for key in ["top1"] + [f"{m}@{k}" for k in args.k for m in ("hit", "recall", "completeness")]:
         interval = ci.get("hit@1" if key == "top1" else key)
@@ -199,8 +215,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     data = resources.files("toolroute") / "data"
     catalog = Catalog.from_data(json.loads((data / "demo_catalog.json").read_text("utf-8")))
     requests = json.loads((data / "demo_requests.json").read_text("utf-8"))
-    print(f"Demo catalogue: {len(catalog)} tools on {len(catalog.servers)} servers "
-          f"({', '.join(s.id for s in catalog.servers)})")
+    print(
+        f"Demo catalogue: {len(catalog)} tools on {len(catalog.servers)} servers "
+        f"({', '.join(s.id for s in catalog.servers)})"
+    )
     embedded = []
 
     def progress(done: int, total: int) -> None:

@@ -54,7 +54,9 @@ def load_queries(path: str | os.PathLike[str]) -> list[Query]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"queries file {where!r} is not valid JSON: {exc}") from exc
     if not isinstance(data, list):
-        raise ConfigError(f"{where}: expected a list of {{query, expected}} objects, got {type(data).__name__}")
+        raise ConfigError(
+            f"{where}: expected a list of {{query, expected}} objects, got {type(data).__name__}"
+        )
     return [_query(index, item, where) for index, item in enumerate(data)]
 
 
@@ -65,7 +67,9 @@ def _query(index: int, item: object, where: str) -> Query:
     if isinstance(expected, str):
         expected = [expected]
     if not isinstance(expected, list) or not all(isinstance(e, str) for e in expected):
-        raise ConfigError(f"{where}: item {index}: 'expected' must be a string or a list of strings")
+        raise ConfigError(
+            f"{where}: item {index}: 'expected' must be a string or a list of strings"
+        )
     raw_groups = item.get("expected_groups")
     if raw_groups is None:
         groups = tuple((e,) for e in expected)
@@ -74,7 +78,9 @@ def _query(index: int, item: object, where: str) -> Query:
     ):
         groups = tuple(tuple(g) for g in raw_groups)
     else:
-        raise ConfigError(f"{where}: item {index}: 'expected_groups' must be a list of non-empty lists of strings")
+        raise ConfigError(
+            f"{where}: item {index}: 'expected_groups' must be a list of non-empty lists of strings"
+        )
     return Query(item["query"], tuple(expected), groups)
 
 
@@ -135,8 +141,14 @@ def evaluate(
             recall[k] += inside / len(ranks)
             complete[k] += inside == len(ranks)
         if found_at >= 5 and len(missed) < misses:
-            missed.append({"query": query.text, "expected": list(query.expected), "got": list(ranking[:5])})
-    report: dict[str, object] = {"n": n, "n_no_tool": len(queries) - n, "top1": hit[1] / n if n else 0.0}
+            missed.append(
+                {"query": query.text, "expected": list(query.expected), "got": list(ranking[:5])}
+            )
+    report: dict[str, object] = {
+        "n": n,
+        "n_no_tool": len(queries) - n,
+        "top1": hit[1] / n if n else 0.0,
+    }
     ci: dict[str, list[float]] = {}
     for k in ks:
         for name, counts in (("hit", hit), ("recall", recall), ("completeness", complete)):

@@ -55,8 +55,8 @@ class ToolIndex:
         self,
         catalog: Catalog,
         *,
-        embedder: Embedder | None | object = _DEFAULT,
-        cache: EmbeddingCache | str | os.PathLike[str] | None | object = _DEFAULT,
+        embedder: Embedder | object | None = _DEFAULT,
+        cache: EmbeddingCache | str | os.PathLike[str] | object | None = _DEFAULT,
         strategy: Strategy | None = None,
         progress: Progress | None = None,
     ) -> None:
@@ -107,21 +107,41 @@ class ToolIndex:
     ) -> list[Ranking]:
         """``search`` for many queries, embedding them in batches."""
         strategy = self._strategy(strategy)
-        vectors: Sequence[npt.NDArray[np.float32] | None] = [None] * len(queries)
+        vectors: list[npt.NDArray[np.float32] | None] = [None] * len(queries)
         reason = self.degraded_reason
-        if strategy != "keyword" and self.vectors is not None and self.embedder is not None:
+        asked = [i for i, q in enumerate(queries) if q.strip()]  # empty queries are skipped
+        if strategy != "keyword" and self.vectors is not None and asked:
             try:
-                vectors = list(_checked(self.embedder.embed(list(queries)), len(queries)))
+                for i, vector in zip(
+                    asked, self._query_vectors([queries[i] for i in asked]), strict=True
+                ):
+                    vectors[i] = vector
             except Exception as exc:  # degrade every query to keyword-only
                 reason = f"embedder failed on the queries: {_brief(exc)}"
-        return [self._rank(q, k, strategy, v, reason) for q, v in zip(queries, vectors, strict=True)]
+        return [
+            self._rank(q, k, strategy, v, reason) for q, v in zip(queries, vectors, strict=True)
+        ]
 
     def _embed_query(self, query: str) -> tuple[npt.NDArray[np.float32] | None, str]:
-        assert self.embedder is not None
         try:
-            return _checked(self.embedder.embed([query]), 1)[0], ""
+            return self._query_vectors([query])[0], ""
         except Exception as exc:  # the selection degrades; it never raises
             return None, f"embedder failed on the query: {_brief(exc)}"
+
+    def _query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Query vectors, checked: one row per query, the index's width, finite, non-zero."""
+        assert self.embedder is not None and self.vectors is not None
+        vectors = _checked(self.embedder.embed(list(queries)), len(queries))
+        if vectors.shape[1] != self.vectors.dim:
+            raise ValueError(
+                f"embedder returned vectors of width {vectors.shape[1]}, "
+                f"the tool vectors have width {self.vectors.dim}"
+            )
+        if not np.isfinite(vectors).all():
+            raise ValueError("embedder returned NaN or infinite values")
+        if not np.abs(vectors).sum(axis=1).all():
+            raise ValueError("embedder returned a zero vector (no evidence) for the query")
+        return vectors
 
     def _rank(
         self,
@@ -142,7 +162,8 @@ class ToolIndex:
             picked = top_k(scores, k, floor=0.0)
             baseline = 0.0
         else:
-            assert self.vectors is not None and query_vector is not None
+            assert self.vectors is not None
+            assert query_vector is not None
             cosine = self.vectors.scores(query_vector)
             if strategy == "semantic":
                 scores = cosine
@@ -279,7 +300,9 @@ def _open_cache(cache: object) -> EmbeddingCache | None:
         return cache
     if isinstance(cache, str | os.PathLike):
         return EmbeddingCache(cache)
-    raise ConfigError(f"cache must be an EmbeddingCache, a directory or None, got {type(cache).__name__}")
+    raise ConfigError(
+        f"cache must be an EmbeddingCache, a directory or None, got {type(cache).__name__}"
+    )
 
 
 def _check_strategy(strategy: str, *, has_embedder: bool) -> Strategy:

@@ -106,5 +106,7 @@ class KeywordIndex:
         query_norm = math.sqrt(sum(w * w for w in weights.values()))
         for tid, weight in weights.items():
             start, end = self._indptr[tid], self._indptr[tid + 1]
-            scores[self._docs[start:end]] += self._tfidf[start:end] * np.float32(weight / query_norm)
+            scores[self._docs[start:end]] += self._tfidf[start:end] * np.float32(
+                weight / query_norm
+            )
         return scores

@@ -18,7 +18,9 @@ def _related_map(value: Mapping[str, Sequence[str]] | None) -> Mapping[str, tupl
     if not value:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"related must map a tool id to a list of tool ids, got {type(value).__name__}")
+        raise ConfigError(
+            f"related must map a tool id to a list of tool ids, got {type(value).__name__}"
+        )
     out: dict[str, tuple[str, ...]] = {}
     for key, targets in value.items():
         if isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
@@ -52,18 +54,24 @@ class Policy:
     threshold: float | None = None
     adaptive: bool = True
     always_active: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
-    related: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=_related_map, hash=False)
+    related: Mapping[str, tuple[str, ...]] = attrs.field(
+        factory=dict, converter=_related_map, hash=False
+    )
     max_related: int = attrs.field(default=5, validator=attrs.validators.ge(0))
 
     def check_ids(self, known: Mapping[str, object] | Sequence[str] | object) -> None:
         """Raise ``ConfigError`` naming every id the catalogue does not have."""
         unknown = [i for i in self.always_active if i not in known]  # type: ignore[operator]
         if unknown:
-            raise ConfigError(f"always_active names tools not in the catalogue: {', '.join(map(repr, unknown))}")
+            raise ConfigError(
+                f"always_active names tools not in the catalogue: {', '.join(map(repr, unknown))}"
+            )
         for key, targets in self.related.items():
             missing = [i for i in (key, *targets) if i not in known]  # type: ignore[operator]
             if missing:
-                raise ConfigError(f"related[{key!r}] names tools not in the catalogue: {', '.join(map(repr, missing))}")
+                raise ConfigError(
+                    f"related[{key!r}] names tools not in the catalogue: {', '.join(map(repr, missing))}"
+                )
 
 
 @attrs.frozen

@@ -64,18 +64,18 @@ def detect_format(data: object) -> str:
     if isinstance(data, Mapping):
         if isinstance(data.get("servers"), list):
             return "mcp-servers"
-        if "jsonrpc" in data or isinstance(data.get("result"), Mapping):
+        result = data.get("result")
+        if "jsonrpc" in data or (isinstance(result, Mapping) and "tools" in result):
             return "mcp"
-        if "function_declarations" in data or "functionDeclarations" in data:
+        declarations = data.get("function_declarations", data.get("functionDeclarations"))
+        if isinstance(declarations, list):
             return "gemini"
         if isinstance(data.get("tools"), list):
             return _detect_item_format(data["tools"]) or "mcp"
         return "plain"
     if isinstance(data, list):
         return _detect_item_format(data) or "plain"
-    raise CatalogError(
-        f"expected a JSON list or object of tool definitions, got {_describe(data)}"
-    )
+    raise CatalogError(f"expected a JSON list or object of tool definitions, got {_describe(data)}")
 
 
 def _detect_item_format(items: Sequence[object]) -> str | None:
@@ -103,7 +103,9 @@ def read_mcp(result: object, *, server: str | None = None) -> Catalog:
 
 def read_mcp_servers(servers: Mapping[str, object]) -> Catalog:
     if not isinstance(servers, Mapping):
-        raise CatalogError(f"expected a mapping of server name to tools/list result, got {_describe(servers)}")
+        raise CatalogError(
+            f"expected a mapping of server name to tools/list result, got {_describe(servers)}"
+        )
     tools: list[Tool] = []
     for name, result in servers.items():
         tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
@@ -119,10 +121,14 @@ def _read_server_list(data: object) -> Catalog:
             raise CatalogError(f"server {index}: expected an object, got {_describe(entry)}")
         name = entry.get("name", entry.get("id"))
         if not isinstance(name, str) or not name:
-            raise CatalogError(f"server {index}: field 'name' must be a non-empty string, got {_describe(name)}")
+            raise CatalogError(
+                f"server {index}: field 'name' must be a non-empty string, got {_describe(name)}"
+            )
         description = entry.get("description") or ""
         if not isinstance(description, str):
-            raise CatalogError(f"server {index} ({name!r}): field 'description' must be a string, got {_describe(description)}")
+            raise CatalogError(
+                f"server {index} ({name!r}): field 'description' must be a string, got {_describe(description)}"
+            )
         descriptions[name] = description
         try:
             tools.extend(_read_items(_mcp_tools(entry), _mcp_item, server=name))
@@ -153,13 +159,15 @@ def _qualify_clashes(tools: list[Tool]) -> list[Tool]:
     for tool in tools:
         servers_by_name.setdefault(tool.id, set()).add(tool.server)
     clashing = {
-        name for name, servers in servers_by_name.items() if len(servers) > 1 and None not in servers
+        name
+        for name, servers in servers_by_name.items()
+        if len(servers) > 1 and None not in servers
     }
     if not clashing:
         return tools
     return [
         Tool(
-            id=f"{t.server}{QUALIFIER}{t.name}",
+            id=f"{t.server}{QUALIFIER}{t.id}",
             name=t.name,
             description=t.description,
             parameters=t.parameters,
@@ -192,7 +200,9 @@ def _openai_item(index: int, item: object) -> Tool:
     inner = item.get("function")
     if inner is not None:  # Chat Completions nests the definition; Responses does not
         if not isinstance(inner, Mapping):
-            raise CatalogError(f"tool {index}: field 'function' must be an object, got {_describe(inner)}")
+            raise CatalogError(
+                f"tool {index}: field 'function' must be an object, got {_describe(inner)}"
+            )
         item = inner
     return _build(index, item, parameter_keys=("parameters",))
 
@@ -202,7 +212,9 @@ def _anthropic_item(index: int, item: object) -> Tool:
 
 
 def _mcp_item(index: int, item: object, *, server: str | None = None) -> Tool:
-    return _build(index, _require_object(index, item), parameter_keys=("inputSchema",), server=server)
+    return _build(
+        index, _require_object(index, item), parameter_keys=("inputSchema",), server=server
+    )
 
 
 def _plain_item(index: int, item: object) -> Tool:
@@ -218,16 +230,22 @@ def _build(
 ) -> Tool:
     name = item.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise CatalogError(f"tool {index}: field 'name' must be a non-empty string, got {_describe(name)}")
+        raise CatalogError(
+            f"tool {index}: field 'name' must be a non-empty string, got {_describe(name)}"
+        )
     where = f"tool {index} ({name!r})"
     tool_id = item.get("id", name)
     if not isinstance(tool_id, str) or not tool_id:
-        raise CatalogError(f"{where}: field 'id' must be a non-empty string, got {_describe(tool_id)}")
+        raise CatalogError(
+            f"{where}: field 'id' must be a non-empty string, got {_describe(tool_id)}"
+        )
     description = item.get("description")
     if description is None:
         description = ""
     elif not isinstance(description, str):
-        raise CatalogError(f"{where}: field 'description' must be a string, got {_describe(description)}")
+        raise CatalogError(
+            f"{where}: field 'description' must be a string, got {_describe(description)}"
+        )
     parameters: object = {}
     for key in parameter_keys:
         if key in item:
@@ -241,14 +259,18 @@ def _build(
             break
     annotations = item.get("annotations") or {}
     if not isinstance(annotations, Mapping):
-        raise CatalogError(f"{where}: field 'annotations' must be an object, got {_describe(annotations)}")
+        raise CatalogError(
+            f"{where}: field 'annotations' must be an object, got {_describe(annotations)}"
+        )
     title = item.get("title")
     if title is not None and not isinstance(title, str):
         raise CatalogError(f"{where}: field 'title' must be a string, got {_describe(title)}")
     if server is None:
         server = item.get("server")
         if server is not None and (not isinstance(server, str) or not server):
-            raise CatalogError(f"{where}: field 'server' must be a non-empty string, got {_describe(server)}")
+            raise CatalogError(
+                f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
+            )
     return Tool(
         id=tool_id,
         name=name,
@@ -267,7 +289,9 @@ def _unwrap_tools(data: object, format: str) -> object:
     if isinstance(data, Mapping) and "tools" in data:
         return data["tools"]
     if isinstance(data, Mapping):
-        raise CatalogError(f"expected a list of {format} tools (or {{'tools': [...]}}), got {_describe(data)}")
+        raise CatalogError(
+            f"expected a list of {format} tools (or {{'tools': [...]}}), got {_describe(data)}"
+        )
     return data
 
 
@@ -276,7 +300,9 @@ def _mcp_tools(result: object) -> object:
         result = result["result"]  # a whole JSON-RPC response
     if isinstance(result, Mapping):
         if "tools" not in result:
-            raise CatalogError("expected an MCP tools/list result with a 'tools' list; field 'tools' is missing")
+            raise CatalogError(
+                "expected an MCP tools/list result with a 'tools' list; field 'tools' is missing"
+            )
         return result["tools"]
     return result
 
@@ -291,7 +317,9 @@ def _gemini_declarations(data: object) -> list[object]:
         ):
             inner = container.get("function_declarations", container.get("functionDeclarations"))
             if not isinstance(inner, list):
-                raise CatalogError(f"field 'function_declarations' must be a list, got {_describe(inner)}")
+                raise CatalogError(
+                    f"field 'function_declarations' must be a list, got {_describe(inner)}"
+                )
             declarations.extend(inner)
         else:
             declarations.append(container)  # a bare declaration

@@ -15,7 +15,9 @@ _WORD = re.compile(r"[^\W_]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # Scripts written without spaces: each character is a token, so a Chinese description is
 # not one giant word that can never match.
-_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_UNSPACED_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_UNSPACED = re.compile(f"[{_UNSPACED_CHARS}]")
+_PIECES = re.compile(f"[{_UNSPACED_CHARS}]|[^{_UNSPACED_CHARS}]+")
 
 STOPWORDS = frozenset(
     """
@@ -40,18 +42,15 @@ def tokenize(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
     """Lower-cased word tokens of ``text`` with identifiers split and stopwords removed."""
     tokens: list[str] = []
     for word in _WORD.findall(text):
-        if _UNSPACED.search(word):
-            tokens.extend(_split_unspaced(word.lower()))
-            continue
-        for part in _CAMEL.split(word) if _has_upper(word) else (word,):
-            token = _normal(part)
-            if token and token not in stopwords:
-                tokens.append(token)
+        for piece in _PIECES.findall(word) if _UNSPACED.search(word) else (word,):
+            if _UNSPACED.match(piece):
+                tokens.append(piece)
+                continue
+            for part in _CAMEL.split(piece) if not piece.islower() else (piece,):
+                token = _normal(part)
+                if token and token not in stopwords:
+                    tokens.append(token)
     return tokens
-
-
-def _has_upper(word: str) -> bool:
-    return not word.islower()
 
 
 @lru_cache(maxsize=65536)
@@ -72,20 +71,6 @@ def _stem(word: str) -> str:
     if word.endswith("s") and not word.endswith(("us", "ss")):
         return word[:-1]
     return word
-
-
-def _split_unspaced(word: str) -> Iterator[str]:
-    run = ""
-    for char in word:
-        if _UNSPACED.match(char):
-            if run:
-                yield _normal(run)
-                run = ""
-            yield char
-        else:
-            run += char
-    if run:
-        yield _normal(run)
 
 
 def tool_text(tool: Tool, *, schema_depth: int = 4) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from toolroute import EmbedderError, ModelIntegrityError
 from toolroute.providers import Embedder, _minilm
 from toolroute.providers._minilm import (

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from toolroute import ConfigError, ProviderError
 from toolroute.providers import Embedder
 from toolroute.providers._http import RetryPolicy

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from toolroute._cache import (
     CacheWarning,
     EmbeddingCache,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from toolroute.providers import Embedder
 from toolroute.providers._hashing import HashingEmbedder
 

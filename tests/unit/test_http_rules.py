@@ -10,6 +10,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from toolroute import ConfigError, ProviderError
 from toolroute.providers._http import (
     REDACTED,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from toolroute._keyword import KeywordIndex
 
 # Three documents of lengths 2, 3 and 4 (average length 3).
@@ -128,7 +129,9 @@ def test_coverage_of_only_unknown_terms_is_zero(index: KeywordIndex) -> None:
 
 
 def test_coverage_counts_a_repeated_term_once(index: KeywordIndex) -> None:
-    np.testing.assert_array_equal(index.coverage(["read", "read", "dir"]), index.coverage(["read", "dir"]))
+    np.testing.assert_array_equal(
+        index.coverage(["read", "read", "dir"]), index.coverage(["read", "dir"])
+    )
 
 
 def test_unknown_query_terms_score_zero_everywhere(index: KeywordIndex) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from toolroute import Catalog, CatalogError, Server, Tool
 
 WEATHER_SCHEMA: dict[str, Any] = {
@@ -253,8 +254,7 @@ def test_mcp_result_without_tools_names_the_missing_field() -> None:
 def test_mcp_servers_qualify_only_clashing_names() -> None:
     servers = {
         "mail": {"tools": [{"name": "send"}, {"name": "search"}]},
-        "files": jsonrpc_response()
-        | {"result": {"tools": [{"name": "search"}, {"name": "read"}]}},
+        "files": jsonrpc_response() | {"result": {"tools": [{"name": "search"}, {"name": "read"}]}},
     }
     catalog = Catalog.from_mcp_servers(servers)
     assert catalog.ids == ("send", "mail__search", "files__search", "read")
@@ -419,7 +419,11 @@ def test_non_string_description_names_the_tool_and_field() -> None:
 @pytest.mark.parametrize(
     ("reader", "tools", "field"),
     [
-        (Catalog.from_openai, [{"type": "function", "function": {"name": "t", "parameters": []}}], "parameters"),
+        (
+            Catalog.from_openai,
+            [{"type": "function", "function": {"name": "t", "parameters": []}}],
+            "parameters",
+        ),
         (Catalog.from_openai, [{"type": "function", "name": "t", "parameters": "x"}], "parameters"),
         (Catalog.from_anthropic, [{"name": "t", "input_schema": 5}], "input_schema"),
         (Catalog.from_gemini, [{"name": "t", "parameters": [1]}], "parameters"),
@@ -430,7 +434,9 @@ def test_non_string_description_names_the_tool_and_field() -> None:
 def test_parameters_not_an_object_names_the_tool_and_field(
     reader: Any, tools: object, field: str
 ) -> None:
-    with pytest.raises(CatalogError, match=rf"tool 0 \('t'\): field '{field}' must be a JSON Schema"):
+    with pytest.raises(
+        CatalogError, match=rf"tool 0 \('t'\): field '{field}' must be a JSON Schema"
+    ):
         reader(tools)
 
 
@@ -440,7 +446,9 @@ def test_null_parameters_mean_no_parameters() -> None:
 
 def test_annotations_not_an_object_names_the_tool_and_field() -> None:
     result = {"tools": [{"name": "t", "annotations": ["readOnlyHint"]}]}
-    with pytest.raises(CatalogError, match=r"tool 0 \('t'\): field 'annotations' must be an object"):
+    with pytest.raises(
+        CatalogError, match=r"tool 0 \('t'\): field 'annotations' must be an object"
+    ):
         Catalog.from_mcp(result)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from toolroute import Tool, tokenize
 from toolroute._text import STOPWORDS, embedding_text, keyword_document, split_identifier, tool_text
 
@@ -144,9 +145,7 @@ def nested_schema(levels: int) -> dict[str, Any]:
     for level in range(levels, 0, -1):
         schema = {
             "type": "object",
-            "properties": {
-                f"field{level}Name": {**schema, "description": f"about level {level}"}
-            },
+            "properties": {f"field{level}Name": {**schema, "description": f"about level {level}"}},
         }
     return schema
 

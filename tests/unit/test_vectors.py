@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+
 from toolroute._vectors import VectorIndex, top_k
 
 
@@ -156,7 +158,7 @@ def test_top_k_over_vector_scores_matches_a_naive_sort(
     result = top_k(scores, k).tolist()
     invalid = {i for i, row in enumerate(matrix) if not np.isfinite(row).all() or not row.any()}
     assert not invalid & set(result)
-    assert all(scores[a] >= scores[b] for a, b in zip(result, result[1:], strict=False))
+    assert all(scores[a] >= scores[b] for a, b in itertools.pairwise(result))
     assert result == reference_top_k(scores, k)
     assert len(result) == min(max(k, 0), len(matrix) - len(invalid))
 

@@ -4,14 +4,15 @@ The default was chosen on the dev split of the bundled datasets (``tests/bench/f
 among per-query z-scores, max-normalised BM25, rank cut-offs and coverage boosts. Z-score
 and max-norm mixes gain most on catalogues that share words with requests (BFCL, LiveMCPBench)
 but lose 5 points hit@5 on paraphrased requests with no word overlap, because one weak shared
-word lifts the wrong tool. A squared-coverage boost barely moves those requests and still adds
-4 points hit@5 on BFCL, so it is the default:
+word lifts the wrong tool. Squared coverage boosts barely move those requests and still add 5 points hit@5
+on BFCL and 4 on LiveMCPBench, so they are the default:
 
-    combined = cosine + weight * coverage ** 2
+    combined = cosine + 0.4 * coverage ** 2 + 0.1 * name_coverage ** 2
 
-``coverage`` is the share of the request's IDF mass a tool's text contains (see
-``KeywordIndex.coverage``). The combined score stays on the cosine scale, lifted by at most
-``weight``: its range is [-1, 1 + weight].
+``coverage`` is the share of the request's IDF mass a tool's text contains;
+``name_coverage`` the share of the tool name's IDF mass the request contains (see
+``KeywordIndex``). Squaring keeps a weak, one-word match near zero. The combined score stays
+on the cosine scale, lifted by at most 0.5: its range is [-1, 1.5].
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ import numpy.typing as npt
 
 Scores = npt.NDArray[np.float32]
 
-#: Weight of the squared keyword coverage added to the cosine.
+#: Weight of the squared share of the request found in the tool's text.
 COVERAGE_WEIGHT = 0.4
+#: Weight of the squared share of the tool's name found in the request.
+NAME_WEIGHT = 0.1
 
 
-def fuse(cosine: Scores, coverage: Scores, *, weight: float = COVERAGE_WEIGHT) -> Scores:
-    """Combined score of every tool: ``cosine + weight * coverage**2``.
+def fuse(cosine: Scores, coverage: Scores, name_coverage: Scores) -> Scores:
+    """Combined score of every tool: ``cosine + 0.4 * coverage**2 + 0.1 * name_coverage**2``.
 
     A tool without a usable vector (``-inf`` cosine) counts as cosine 0, "no semantic
     evidence", so keyword evidence can still surface it rather than hide it for good.
     """
     fused: Scores = np.where(np.isfinite(cosine), cosine, np.float32(0.0)).astype(np.float32)
-    fused += np.float32(weight) * coverage * coverage
+    fused += np.float32(COVERAGE_WEIGHT) * coverage * coverage
+    fused += np.float32(NAME_WEIGHT) * name_coverage * name_coverage
     return fused

@@ -18,7 +18,7 @@ from ._keyword import KeywordIndex
 from ._outcome import Outcome
 from ._policy import Policy, apply_policy
 from ._selection import Ranking, Selection
-from ._text import embedding_text, keyword_document, tokenize
+from ._text import embedding_text, keyword_document, split_identifier, tokenize
 from ._vectors import VectorIndex, top_k
 
 if TYPE_CHECKING:
@@ -65,7 +65,10 @@ class ToolIndex:
             raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
         self.catalog = catalog
         self._ids = catalog.ids
-        self.keyword = KeywordIndex([keyword_document(tool) for tool in catalog])
+        self.keyword = KeywordIndex(
+            [keyword_document(tool) for tool in catalog],
+            names=[tokenize(" ".join(split_identifier(tool.name))) for tool in catalog],
+        )
         if embedder is _DEFAULT:
             from .providers import default_embedder
 
@@ -130,7 +133,8 @@ class ToolIndex:
 
     def _query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Query vectors, checked: one row per query, the index's width, finite, non-zero."""
-        assert self.embedder is not None and self.vectors is not None
+        assert self.embedder is not None
+        assert self.vectors is not None
         vectors = _checked(self.embedder.embed(list(queries)), len(queries))
         if vectors.shape[1] != self.vectors.dim:
             raise ValueError(
@@ -168,7 +172,9 @@ class ToolIndex:
             if strategy == "semantic":
                 scores = cosine
             else:
-                scores = fuse(cosine, self.keyword.coverage(tokens))
+                scores = fuse(
+                    cosine, self.keyword.coverage(tokens), self.keyword.name_coverage(tokens)
+                )
             picked = top_k(scores, k)
             finite = scores[np.isfinite(scores)]
             baseline = float(finite.mean()) if finite.size else 0.0

@@ -24,7 +24,14 @@ class KeywordIndex:
     a query uses only the terms the index knows.
     """
 
-    def __init__(self, documents: Sequence[Sequence[str]], *, k1: float = 1.2, b: float = 0.75):
+    def __init__(
+        self,
+        documents: Sequence[Sequence[str]],
+        *,
+        names: Sequence[Sequence[str]] | None = None,
+        k1: float = 1.2,
+        b: float = 0.75,
+    ):
         self.size = len(documents)
         vocabulary: dict[str, int] = {}
         term_ids: list[int] = []
@@ -57,6 +64,7 @@ class KeywordIndex:
         tfidf = tf / np.maximum(doc_len, 1.0) * self.tfidf_idf[terms]
         doc_norm = np.sqrt(np.bincount(self._docs, weights=tfidf * tfidf, minlength=self.size))
         self._tfidf = (tfidf / np.maximum(doc_norm[self._docs], 1e-12)).astype(np.float32)
+        self._names = _NamePostings(names or [[] for _ in documents], vocabulary, self.bm25_idf)
 
     def bm25(self, tokens: Sequence[str]) -> Scores:
         """BM25 score of every document (0 where no query term occurs)."""
@@ -92,6 +100,15 @@ class KeywordIndex:
         scores /= np.float32(total)
         return scores
 
+    def name_coverage(self, tokens: Sequence[str]) -> Scores:
+        """Share of each tool name's IDF mass that the query contains, in [0, 1].
+
+        "generate_word_cloud_chart" scores 0.75 for a request that mentions a word cloud
+        chart, however long the request is: long multi-step requests name each tool they
+        need in a few words, which ``coverage`` (relative to the whole request) dilutes.
+        """
+        return self._names.coverage(tokens, self.vocabulary)
+
     def tfidf(self, tokens: Sequence[str]) -> Scores:
         """TF-IDF cosine of every document with the query, in [0, 1]."""
         scores = np.zeros(self.size, dtype=np.float32)
@@ -109,4 +126,39 @@ class KeywordIndex:
             scores[self._docs[start:end]] += self._tfidf[start:end] * np.float32(
                 weight / query_norm
             )
+        return scores
+
+
+class _NamePostings:
+    """Which tools have a term in their name, weighted by the term's IDF in the full index."""
+
+    def __init__(
+        self,
+        names: Sequence[Sequence[str]],
+        vocabulary: dict[str, int],
+        idf: npt.NDArray[np.float64],
+    ) -> None:
+        self.size = len(names)
+        postings: dict[int, list[int]] = {}
+        totals = np.zeros(self.size, dtype=np.float64)
+        for doc, tokens in enumerate(names):
+            for term in dict.fromkeys(tokens):
+                tid = vocabulary.get(term)
+                if tid is not None:
+                    postings.setdefault(tid, []).append(doc)
+                    totals[doc] += idf[tid]
+        self._postings = {tid: np.asarray(docs, dtype=np.int32) for tid, docs in postings.items()}
+        self._idf = idf
+        self._inverse_totals = np.where(totals > 0, 1.0 / np.maximum(totals, 1e-12), 0.0).astype(
+            np.float32
+        )
+
+    def coverage(self, tokens: Sequence[str], vocabulary: dict[str, int]) -> Scores:
+        scores = np.zeros(self.size, dtype=np.float32)
+        for term in dict.fromkeys(tokens):
+            tid = vocabulary.get(term)
+            docs = self._postings.get(tid) if tid is not None else None
+            if docs is not None:
+                scores[docs] += np.float32(self._idf[tid])
+        scores *= self._inverse_totals
         return scores

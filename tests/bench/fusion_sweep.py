@@ -42,16 +42,24 @@ def maxnorm(x: Matrix) -> Matrix:
     return np.where(top > 0, x / np.maximum(top, 1e-9), 0.0)
 
 
-CANDIDATES: dict[str, Callable[[Matrix, Matrix, Matrix], Matrix]] = {
-    "keyword (BM25)": lambda cos, bm25, cov: bm25,
-    "cosine": lambda cos, bm25, cov: cos,
-    "0.3 maxnorm BM25 + 0.7 cos (toolpick)": lambda cos, bm25, cov: 0.3 * maxnorm(bm25) + 0.7 * cos,
-    "0.1 maxnorm BM25 + 0.9 cos": lambda cos, bm25, cov: 0.1 * maxnorm(bm25) + 0.9 * cos,
-    "z 0.2/0.8": lambda cos, bm25, cov: 0.2 * zscore(bm25) + 0.8 * zscore(cos),
-    "z 0.1/0.9": lambda cos, bm25, cov: 0.1 * zscore(bm25) + 0.9 * zscore(cos),
-    "cos + 0.4 coverage (linear)": lambda cos, bm25, cov: cos + 0.4 * cov,
-    "cos + 0.4 coverage^2 (default)": lambda cos, bm25, cov: cos + 0.4 * cov**2,
-    "cos + 0.8 coverage^2": lambda cos, bm25, cov: cos + 0.8 * cov**2,
+CANDIDATES: dict[str, Callable[[Matrix, Matrix, Matrix, Matrix], Matrix]] = {
+    "keyword (BM25)": lambda cos, bm25, cov, name: bm25,
+    "cosine": lambda cos, bm25, cov, name: cos,
+    "0.3 maxnorm BM25 + 0.7 cos (toolpick)": lambda cos, bm25, cov, name: (
+        0.3 * maxnorm(bm25) + 0.7 * cos
+    ),
+    "0.1 maxnorm BM25 + 0.9 cos": lambda cos, bm25, cov, name: 0.1 * maxnorm(bm25) + 0.9 * cos,
+    "z 0.2/0.8": lambda cos, bm25, cov, name: 0.2 * zscore(bm25) + 0.8 * zscore(cos),
+    "z 0.1/0.9": lambda cos, bm25, cov, name: 0.1 * zscore(bm25) + 0.9 * zscore(cos),
+    "cos + 0.4 coverage (linear)": lambda cos, bm25, cov, name: cos + 0.4 * cov,
+    "cos + 0.4 coverage^2": lambda cos, bm25, cov, name: cos + 0.4 * cov**2,
+    "cos + 0.4 coverage^2 + 0.1 name^2 (default)": lambda cos, bm25, cov, name: (
+        cos + 0.4 * cov**2 + 0.1 * name**2
+    ),
+    "cos + 0.4 coverage^2 + 0.2 name^2": lambda cos, bm25, cov, name: (
+        cos + 0.4 * cov**2 + 0.2 * name**2
+    ),
+    "cos + 0.4 coverage^2 + 0.2 name": lambda cos, bm25, cov, name: cos + 0.4 * cov**2 + 0.2 * name,
 }
 
 
@@ -94,6 +102,7 @@ def main() -> None:
         tokens = [tokenize(q.text) for q in queries]
         bm25 = np.stack([index.keyword.bm25(t) for t in tokens])
         cov = np.stack([index.keyword.coverage(t) for t in tokens])
+        name = np.stack([index.keyword.name_coverage(t) for t in tokens])
         subsets = {"dev": np.arange(len(queries))}
         if name == "metatool":
             texts = {t.id: set(tokenize(tool_text(t))) for t in catalog}
@@ -111,7 +120,7 @@ def main() -> None:
         print("| candidate | " + " | ".join(f"{s} top-1 / hit@5 / MRR" for s in subsets) + " |")
         print("|---|" + "---|" * len(subsets))
         for label, combine in CANDIDATES.items():
-            scores = combine(cos, bm25, cov)
+            scores = combine(cos, bm25, cov, name)
             cells = []
             for members in subsets.values():
                 t1, h5, mrr = metrics(

@@ -86,7 +86,7 @@ class Catalog:
         servers = tuple(
             Server(name, descriptions.get(name, ""), tuple(ids)) for name, ids in members.items()
         )
-        self.__attrs_init__(tools, servers, by_id)  # type: ignore[attr-defined]
+        self.__attrs_init__(tools, servers, by_id)
 
     def __len__(self) -> int:
         return len(self.tools)

@@ -1,0 +1,77 @@
+"""The public names are a contract: adding one is a decision, losing one is a break."""
+
+from __future__ import annotations
+
+import toolroute
+import toolroute.providers
+
+PUBLIC = {
+    "CacheWarning",
+    "Catalog",
+    "CatalogError",
+    "ConfigError",
+    "EmbedderError",
+    "EmbeddingCache",
+    "ModelIntegrityError",
+    "Outcome",
+    "Policy",
+    "ProviderError",
+    "Query",
+    "Ranking",
+    "Selection",
+    "Server",
+    "Tool",
+    "ToolIndex",
+    "ToolrouteError",
+    "evaluate",
+    "load_queries",
+    "split_of",
+    "tokenize",
+}
+PROVIDERS = {
+    "Embedder",
+    "HashingEmbedder",
+    "MiniLMEmbedder",
+    "OpenAIEmbedder",
+    "RetryPolicy",
+    "default_embedder",
+}
+
+
+def public_names(module: object) -> set[str]:
+    return {name for name in vars(module) if not name.startswith("_") and name not in {"providers"}}
+
+
+def test_toolroute_exports_exactly_the_public_names() -> None:
+    assert public_names(toolroute) == PUBLIC
+
+
+def test_providers_export_exactly_the_public_names() -> None:
+    assert public_names(toolroute.providers) == PROVIDERS
+
+
+def test_reader_entry_points_exist() -> None:
+    for name in (
+        "from_file",
+        "from_openai",
+        "from_anthropic",
+        "from_gemini",
+        "from_mcp",
+        "from_mcp_servers",
+        "from_plain",
+        "from_data",
+    ):
+        assert callable(getattr(toolroute.Catalog, name))
+
+
+def test_errors_share_one_base_and_config_errors_are_value_errors() -> None:
+    for error in (
+        toolroute.CatalogError,
+        toolroute.ConfigError,
+        toolroute.EmbedderError,
+        toolroute.ModelIntegrityError,
+        toolroute.ProviderError,
+    ):
+        assert issubclass(error, toolroute.ToolrouteError)
+    assert issubclass(toolroute.CatalogError, ValueError)
+    assert issubclass(toolroute.ConfigError, ValueError)

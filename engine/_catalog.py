@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -114,7 +115,7 @@ class Catalog:
     # Readers live in ._readers; these wrappers keep the public names on the class.
 
     @classmethod
-    def from_file(cls, path: str | Any, *, format: str | None = None) -> Catalog:
+    def from_file(cls, path: str | os.PathLike[str], *, format: str | None = None) -> Catalog:
         """Read a JSON file in any supported format (auto-detected unless ``format`` is given).
 
         Formats: ``openai`` (Chat Completions or Responses function tools), ``anthropic``,

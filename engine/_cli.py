@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -23,8 +24,12 @@ EMBEDDERS = ("minilm", "hashing", "none")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(argv)
+    if argv[:1] == ["bench"]:  # its options belong to the benchmark script
+        args = argparse.Namespace(run=_run_bench, bench_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     try:
         result: int = args.run(args)
         return result
@@ -66,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.set_defaults(run=_run_eval)
+
+    bench = commands.add_parser(
+        "bench",
+        help="side-by-side benchmark against toolpick, semantic-router and bm25s",
+        add_help=False,
+    )
+    bench.set_defaults(run=_run_bench)
 
     demo = commands.add_parser("demo", help="route scripted requests over a bundled catalogue")
     demo.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="(minilm)")
@@ -242,6 +254,25 @@ def _run_demo(args: argparse.Namespace) -> int:
             print(f"  expected: {', '.join(wanted)} -> {len(hits)}/{len(wanted)} shown\n")
     print(f"{found}/{total} expected tools shown across {len(requests)} requests")
     return 0
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    """Run ``tests/bench/peers_bench.py`` from the source checkout this package lives in."""
+    package_root = Path(__file__).resolve().parent.parent
+    for base in (package_root, Path.cwd()):
+        folder = base / "tests" / "bench"
+        if (folder / "peers_bench.py").is_file():
+            break
+    else:
+        raise ToolrouteError(
+            "toolroute bench runs from a source checkout: tests/bench/peers_bench.py was not "
+            "found next to the package or in the current directory"
+        )
+    sys.path.insert(0, str(folder))
+    import peers_bench  # type: ignore[import-not-found]
+
+    result: int = peers_bench.main(args.bench_args)
+    return result
 
 
 def _tool_id(catalog: Catalog, server: str, name: str) -> str:

@@ -16,3 +16,5 @@ class PeerResult:
     build_s: float
     version: str
     how: str = ""
+    #: Peak resident memory of the process that ran the peer, when the runner measures it.
+    peak_rss_mb: float | None = None

@@ -109,7 +109,9 @@ def _local_wordpiece(PretrainedTokenizer: Any, embedder: Any) -> Any:
     return LocalWordPiece(str(path))
 
 
-def _run(tools: list[dict], queries: list[str], k: int, *, hybrid: bool) -> PeerResult:
+def _run(
+    tools: list[dict], queries: list[str], k: int, *, hybrid: bool, embedder: Any = None
+) -> PeerResult:
     (
         IndexedRouter,
         Route,
@@ -122,7 +124,7 @@ def _run(tools: list[dict], queries: list[str], k: int, *, hybrid: bool) -> Peer
     from toolroute.providers import default_embedder
 
     version = metadata.version("semantic-router")
-    embedder = default_embedder()
+    embedder = embedder or default_embedder()
     encoder = _encoder_class(DenseEncoder)(embedder)
     k_eff = min(k, len(tools))
     routes = [
@@ -193,9 +195,9 @@ def _run(tools: list[dict], queries: list[str], k: int, *, hybrid: bool) -> Peer
     return PeerResult(rankings, latencies, build_s, version, how)
 
 
-def run(tools: list[dict], queries: list[str], k: int) -> PeerResult:
-    """Dense semantic-router (the comparison run)."""
-    return _run(tools, queries, k, hybrid=False)
+def run(tools: list[dict], queries: list[str], k: int, *, embedder: Any = None) -> PeerResult:
+    """Dense semantic-router (the comparison run); ``embedder`` defaults to toolroute's."""
+    return _run(tools, queries, k, hybrid=False, embedder=embedder)
 
 
 def run_hybrid(tools: list[dict], queries: list[str], k: int) -> PeerResult:

@@ -232,5 +232,5 @@ def run(
         f"in one node process after {warmup} untimed warm-up queries (no reranker, no embeddings)"
     )
     return PeerResult(
-        rankings=rankings, latencies_ms=latencies, build_s=build_s, version=version, how=how
+        rankings, latencies, build_s, version, how, peak_rss_mb=data.get("peak_rss_mb")
     )

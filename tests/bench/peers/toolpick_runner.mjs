@@ -93,6 +93,7 @@ async function main() {
       build_ms: ms(b0, b1),
       rankings,
       latencies_ms: latencies,
+      peak_rss_mb: process.resourceUsage().maxRSS / 1024,
     }) + "\n",
   );
 }

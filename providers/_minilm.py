@@ -122,7 +122,7 @@ class MiniLMEmbedder:
         tokenizer_path: str | os.PathLike[str] | None = None,
         model_sha256: str = MINILM_MODEL_SHA256,
         tokenizer_sha256: str = MINILM_TOKENIZER_SHA256,
-        max_batch: int = 32,
+        max_batch: int = 16,
         threads: int | None = None,
     ) -> None:
         if max_batch < 1:
@@ -163,10 +163,11 @@ class MiniLMEmbedder:
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only: no "initializer unused" chatter
-        # The memory arena stays on (ORT's default, the measured configuration): it
-        # keeps the peak of the largest batch (RSS ~250 MB after load, up to ~600 MB
-        # after 32 x 128-token batches). Turning it off bounds RSS at some cost in
-        # batch throughput; revisit if memory matters more than indexing speed.
+        # Batches of 16 rather than 32: on 2 cores they embed BFCL's tools faster
+        # (192 vs 153 texts/s) and ORT's memory arena, which keeps the peak of the
+        # largest batch, tops out at ~420 MB instead of ~650 MB of process RSS.
+        # Idle pool threads sleep instead of spinning: a host shares these cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             session = ort.InferenceSession(
                 str(model_file), sess_options=options, providers=["CPUExecutionProvider"]

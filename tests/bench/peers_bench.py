@@ -381,7 +381,7 @@ def plots(report: dict[str, Any], out: Path) -> None:
     ax.set_ylabel("hit@5 (95 % Wilson interval)")
     ax.set_ylim(0, 1.05)
     ax.set_title("Accuracy by dataset, test split")
-    ax.legend(fontsize=8, ncol=2, loc="lower left")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     fig.savefig(out / "accuracy.png", dpi=110)
     plt.close(fig)

@@ -31,7 +31,7 @@ def emb() -> MiniLMEmbedder:
 def test_satisfies_the_embedder_protocol(emb: MiniLMEmbedder) -> None:
     assert isinstance(emb, Embedder)
     assert emb.dim == 384
-    assert emb.max_batch == 32
+    assert emb.max_batch == 16
     assert emb.identity == "all-MiniLM-L6-v2-int8:" + MINILM_MODEL_SHA256[:16]
 
 

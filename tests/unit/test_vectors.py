@@ -182,3 +182,25 @@ def test_top_k_matches_a_naive_sort_with_ties_and_specials(
     result = top_k(scores, k, floor=floor).tolist()
     assert result == reference_top_k(scores, k, floor)
     assert not any(math.isnan(scores[i]) or scores[i] == -math.inf for i in result)
+
+
+@given(
+    st.integers(min_value=8192, max_value=20000),
+    st.integers(min_value=1, max_value=60),
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.sampled_from(["none", "nan", "neg_inf", "both"]),
+)
+@settings(max_examples=40, deadline=None)
+def test_top_k_sampled_path_matches_naive_on_large_rows(
+    n: int, k: int, seed: int, holes: str
+) -> None:
+    # Large rows take the sampled fast path; few distinct values force many ties.
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 40, n).astype(np.float32)
+    if holes in ("nan", "both"):
+        scores[rng.integers(0, n, 7)] = np.nan
+    if holes in ("neg_inf", "both"):
+        scores[rng.integers(0, n, 30)] = -np.inf
+    valid = [i for i in range(n) if np.isfinite(scores[i])]
+    expected = sorted(valid, key=lambda i: (-float(scores[i]), i))[:k]
+    assert top_k(scores, k).tolist() == expected

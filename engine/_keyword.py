@@ -65,16 +65,27 @@ class KeywordIndex:
         doc_norm = np.sqrt(np.bincount(self._docs, weights=tfidf * tfidf, minlength=self.size))
         self._tfidf = (tfidf / np.maximum(doc_norm[self._docs], 1e-12)).astype(np.float32)
         self._names = _NamePostings(names or [[] for _ in documents], vocabulary, self.bm25_idf)
+        # Plain ints: slicing with them is cheaper than with numpy scalars on the hot path.
+        self._bounds: list[int] = self._indptr.tolist()
 
     def bm25(self, tokens: Sequence[str]) -> Scores:
         """BM25 score of every document (0 where no query term occurs)."""
-        scores = np.zeros(self.size, dtype=np.float32)
-        for term in dict.fromkeys(tokens):
-            tid = self.vocabulary.get(term)
-            if tid is not None:
-                start, end = self._indptr[tid], self._indptr[tid + 1]
-                scores[self._docs[start:end]] += self._bm25[start:end]
-        return scores
+        vocabulary, bounds = self.vocabulary, self._bounds
+        spans = [
+            (bounds[tid], bounds[tid + 1])
+            for term in dict.fromkeys(tokens)
+            if (tid := vocabulary.get(term)) is not None
+        ]
+        if not spans:
+            return np.zeros(self.size, dtype=np.float32)
+        if len(spans) == 1:
+            (start, end), scores = spans[0], np.zeros(self.size, dtype=np.float32)
+            scores[self._docs[start:end]] = self._bm25[start:end]
+            return scores
+        # One bincount sums every term's postings at once.
+        docs = np.concatenate([self._docs[a:b] for a, b in spans])
+        weights = np.concatenate([self._bm25[a:b] for a, b in spans])
+        return np.bincount(docs, weights=weights, minlength=self.size).astype(np.float32)
 
     def coverage(self, tokens: Sequence[str]) -> Scores:
         """Share of the query's IDF mass each document contains, in [0, 1].

@@ -278,10 +278,12 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"**{subset}** ({n} queries)")
             lines.append("")
             lines.append(
-                "| system | top-1 | hit@5 [95 % CI] | recall@5 | MRR | p50 / p95 ms | build s | peak RSS MB | latency vs toolroute combined |"
+                "| system | top-1 | hit@5 [95 % CI] | recall@5 | MRR | p50 / p95 ms | build s "
+                "| peak RSS MB | p50: toolroute combined ÷ system | p50: toolroute keyword ÷ system |"
             )
-            lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             ref = data["systems"].get(REFERENCE, {}).get(subset)
+            ref_keyword = data["systems"].get("toolroute keyword", {}).get(subset)
             for system, rows in data["systems"].items():
                 row = rows.get(subset)
                 if row is None:
@@ -291,13 +293,16 @@ def markdown(report: dict[str, Any]) -> str:
                     continue
                 lat = row["latency_ms"]
                 ci = row["ci"]["hit@5"]
-                ratio = ""
-                if ref is not None and system != REFERENCE and lat["p50"] > 0:
-                    ratio = f"{ref['latency_ms']['p50'] / lat['p50']:.2f}x"
+                ratios = [
+                    f"{other['latency_ms']['p50'] / lat['p50']:.2f}"
+                    if other is not None and other is not row and lat["p50"] > 0
+                    else ""
+                    for other in (ref, ref_keyword)
+                ]
                 lines.append(
                     f"| {system} | {row['top1']:.3f} | {row['hit@5']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | "
                     f"{row['recall@5']:.3f} | {row['mrr']:.3f} | {lat['p50']:.2f} / {lat['p95']:.2f} | "
-                    f"{rows['build_s']:.2f} | {rows['peak_rss_mb']:.0f} | {ratio} |"
+                    f"{rows['build_s']:.2f} | {rows['peak_rss_mb']:.0f} | {ratios[0]} | {ratios[1]} |"
                 )
             lines.append("")
             comparisons = data["comparisons"].get(subset, {})

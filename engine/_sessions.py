@@ -1,0 +1,81 @@
+"""Per-session state, in a store bounded by count and idle time."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import attrs
+
+from ._errors import ConfigError
+
+
+@attrs.define
+class SessionState:
+    """What toolroute remembers about one agent conversation between steps.
+
+    Attributes:
+        idle_steps: consecutive steps in which the model called no tool (paging escalation).
+        activated: tools the agent found through ``search_tools``; shown on its next step.
+        last_seen: clock time of the last use (for idle expiry).
+    """
+
+    idle_steps: int = 0
+    activated: tuple[str, ...] = ()
+    last_seen: float = 0.0
+
+
+class SessionStore:
+    """Least-recently-used sessions, at most ``max_sessions``, dropped after ``idle_s`` unused.
+
+    A dropped session starts again from a fresh state: the worst it costs is one step of
+    paging escalation, never a missing tool.
+
+    Raises:
+        ConfigError: a bound is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_sessions: int = 10_000,
+        idle_s: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_sessions < 1:
+            raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
+        if not idle_s > 0:
+            raise ConfigError(f"idle_s must be positive, got {idle_s}")
+        self.max_sessions = max_sessions
+        self.idle_s = idle_s
+        self._clock = clock
+        self._sessions: OrderedDict[str, SessionState] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, session: object) -> bool:
+        return session in self._sessions
+
+    def get(self, session: str) -> SessionState:
+        """The session's state, created fresh when unknown or expired; marks it used."""
+        now = self._clock()
+        self._expire(now)
+        state = self._sessions.pop(session, None) or SessionState()
+        state.last_seen = now
+        self._sessions[session] = state
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+        return state
+
+    def drop(self, session: str) -> None:
+        self._sessions.pop(session, None)
+
+    def _expire(self, now: float) -> None:
+        # Oldest first: stop at the first session still fresh.
+        while self._sessions:
+            key, state = next(iter(self._sessions.items()))
+            if now - state.last_seen < self.idle_s:
+                break
+            del self._sessions[key]

@@ -1,0 +1,67 @@
+"""The session store stays within its bounds whatever the order of use."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolroute import ConfigError
+from toolroute._sessions import SessionStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_state_persists_between_uses() -> None:
+    store = SessionStore()
+    store.get("a").idle_steps = 2
+    assert store.get("a").idle_steps == 2
+
+
+def test_least_recently_used_goes_first() -> None:
+    store = SessionStore(max_sessions=2)
+    store.get("a")
+    store.get("b")
+    store.get("a")
+    store.get("c")
+    assert "a" in store
+    assert "b" not in store
+    assert len(store) == 2
+
+
+def test_idle_sessions_expire() -> None:
+    clock = Clock()
+    store = SessionStore(idle_s=10, clock=clock)
+    store.get("a").idle_steps = 1
+    clock.now = 9.9
+    assert store.get("a").idle_steps == 1
+    clock.now = 20.0
+    assert store.get("a").idle_steps == 0  # expired: fresh state
+
+
+@pytest.mark.parametrize(
+    ("options", "word"), [({"max_sessions": 0}, "max_sessions"), ({"idle_s": 0}, "idle_s")]
+)
+def test_bounds_must_be_positive(options: dict[str, float], word: str) -> None:
+    with pytest.raises(ConfigError, match=word):
+        SessionStore(**options)  # type: ignore[arg-type]
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from("abcdefgh"), st.floats(0, 5)), max_size=60),
+    st.integers(1, 5),
+)
+def test_never_more_than_max_and_never_stale(ops: list[tuple[str, float]], limit: int) -> None:
+    clock = Clock()
+    store = SessionStore(max_sessions=limit, idle_s=8, clock=clock)
+    for session, step in ops:
+        clock.now += step
+        store.get(session)
+        assert len(store) <= limit
+        assert all(clock.now - s.last_seen < 8 for s in store._sessions.values())

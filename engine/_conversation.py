@@ -38,7 +38,7 @@ class Turn:
     is_tool_result: bool = False
 
 
-def read_turns(messages: Sequence[Mapping[str, Any]]) -> list[Turn]:
+def read_turns(messages: object) -> list[Turn]:
     """Normalise OpenAI- or Anthropic-style messages.
 
     Raises:

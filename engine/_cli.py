@@ -126,14 +126,13 @@ def _build(
         from .providers import default_embedder
 
         embedder = default_embedder()
-    cache: Any = None if getattr(args, "no_cache", False) else (args.cache_dir or _DEFAULT_CACHE)
     kwargs: dict[str, Any] = {"embedder": embedder, "progress": progress}
-    if cache is not _DEFAULT_CACHE:
-        kwargs["cache"] = cache
+    if getattr(args, "no_cache", False):
+        kwargs["cache"] = None
+    elif args.cache_dir:
+        kwargs["cache"] = args.cache_dir
+    # otherwise ToolIndex uses the user cache directory
     return ToolIndex(catalog, strategy=getattr(args, "strategy", None), **kwargs)
-
-
-_DEFAULT_CACHE = object()
 
 
 def _run_select(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -84,6 +85,29 @@ class ToolIndex:
             self._embed_catalog(self.embedder, _open_cache(cache), progress)
         self.build_s = time.perf_counter() - started
 
+    def with_vectors(self, embedder: Embedder, vectors: npt.NDArray[np.float32]) -> ToolIndex:
+        """A copy that shares this index's catalogue and keyword index and uses ``vectors``
+        (one row per tool, from ``embedder``) for semantic and combined recall.
+
+        This is how a runtime warms up in the background: serve a keyword-only index at once,
+        embed the tools elsewhere (``embed_with_cache``), then swap in the copy.
+
+        Raises:
+            ConfigError: ``vectors`` does not have one row per tool.
+        """
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.ndim != 2 or array.shape[0] != len(self.catalog):
+            raise ConfigError(
+                f"expected one vector per tool, shape ({len(self.catalog)}, dim); got {array.shape}"
+            )
+        clone = copy.copy(self)
+        clone.embedder = embedder
+        clone.vectors = VectorIndex(array)
+        clone.degraded_reason = ""
+        if clone.strategy == "keyword" and self.embedder is None:
+            clone.strategy = "combined"
+        return clone
+
     def _embed_catalog(
         self, embedder: Embedder, cache: EmbeddingCache | None, progress: Progress | None
     ) -> None:
@@ -146,6 +170,20 @@ class ToolIndex:
         if not np.abs(vectors).sum(axis=1).all():
             raise ValueError("embedder returned a zero vector (no evidence) for the query")
         return vectors
+
+    def rank(
+        self,
+        query: str,
+        query_vector: npt.NDArray[np.float32] | None,
+        k: int = 10,
+        *,
+        strategy: Strategy | None = None,
+        reason: str = "",
+    ) -> Ranking:
+        """``search`` with a query vector computed elsewhere (``None``: keyword-only, degraded
+        with ``reason`` unless the strategy is ``keyword``). The vector must be a finite unit
+        row of the index's width; a runtime that micro-batches query embeddings uses this."""
+        return self._rank(query, k, self._strategy(strategy), query_vector, reason)
 
     def _rank(
         self,

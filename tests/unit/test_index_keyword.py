@@ -460,3 +460,41 @@ def test_nan_and_zero_tool_vectors_never_win_combined() -> None:
     assert all(np.isfinite(ranking.scores))
     selection = index.select("send an email message to a recipient")
     assert selection.tool_ids[0] == "send_email"
+
+
+def test_with_vectors_upgrades_a_keyword_index_without_touching_it() -> None:
+    catalog = Catalog.from_plain(
+        [
+            {"name": "get_weather", "description": "Weather forecast for a city"},
+            {"name": "send_email", "description": "Send an email message"},
+        ]
+    )
+    keyword_only = ToolIndex(catalog, embedder=None, cache=None)
+    embedder = HashingEmbedder()
+    vectors = embedder.embed([t.description for t in catalog])
+    upgraded = keyword_only.with_vectors(embedder, vectors)
+    assert keyword_only.vectors is None
+    assert keyword_only.strategy == "keyword"
+    assert upgraded.strategy == "combined"
+    assert upgraded.keyword is keyword_only.keyword
+    assert upgraded.select("forecast for Paris").tool_ids[0] == "get_weather"
+    with pytest.raises(ConfigError, match="one vector per tool"):
+        keyword_only.with_vectors(embedder, vectors[:1])
+
+
+def test_rank_with_an_outside_vector_matches_search() -> None:
+    catalog = Catalog.from_plain(
+        [
+            {"name": "get_weather", "description": "Weather forecast for a city"},
+            {"name": "send_email", "description": "Send an email message"},
+        ]
+    )
+    embedder = HashingEmbedder()
+    index = ToolIndex(catalog, embedder=embedder, cache=None)
+    query = "email my manager"
+    vector = embedder.embed([query])[0]
+    assert index.rank(query, vector, 2) == index.search(query, 2)
+    degraded = index.rank(query, None, 2, reason="embedding late")
+    assert degraded.outcome == "degraded"
+    assert degraded.reason == "embedding late"
+    assert degraded.strategy == "keyword"

@@ -5,6 +5,10 @@ from ._cache import EmbeddingCache as EmbeddingCache
 from ._catalog import Catalog as Catalog
 from ._catalog import Server as Server
 from ._catalog import Tool as Tool
+from ._config import EngineConfig as EngineConfig
+from ._engine import Engine as Engine
+from ._engine import StepSelection as StepSelection
+from ._engine import open_engine as open_engine
 from ._errors import CatalogError as CatalogError
 from ._errors import ConfigError as ConfigError
 from ._errors import EmbedderError as EmbedderError

@@ -182,8 +182,11 @@ class ToolIndex:
     ) -> Ranking:
         """``search`` with a query vector computed elsewhere (``None``: keyword-only, degraded
         with ``reason`` unless the strategy is ``keyword``). The vector must be a finite unit
-        row of the index's width; a runtime that micro-batches query embeddings uses this."""
-        return self._rank(query, k, self._strategy(strategy), query_vector, reason)
+        row of the index's width; a runtime that micro-batches query embeddings uses this.
+        Unlike ``search``, asking a keyword-only index for ``semantic`` or ``combined``
+        degrades instead of raising: a runtime asks before its embeddings are ready."""
+        chosen = self.strategy if strategy is None else _check_strategy(strategy, has_embedder=True)
+        return self._rank(query, k, chosen, query_vector, reason)
 
     def _rank(
         self,
@@ -298,6 +301,7 @@ def embed_with_cache(
     texts: Sequence[str],
     cache: EmbeddingCache | None,
     progress: Progress | None = None,
+    step: int | None = None,
 ) -> npt.NDArray[np.float32]:
     """Vectors of ``texts``: cached ones from disk, the rest from the embedder (then cached).
 
@@ -312,7 +316,8 @@ def embed_with_cache(
     total = len(missing)
     if progress is not None:
         progress(0, total)
-    step = max(1, int(embedder.max_batch)) * 4  # a few model batches between progress reports
+    # A few model batches between progress reports, unless the caller says otherwise.
+    step = step or max(1, int(embedder.max_batch)) * 4
     done = 0
     try:
         for done in range(0, total, step):

@@ -7,6 +7,10 @@ import toolroute.providers
 
 PUBLIC = {
     "CacheWarning",
+    "Engine",
+    "EngineConfig",
+    "StepSelection",
+    "open_engine",
     "Catalog",
     "CatalogError",
     "ConfigError",

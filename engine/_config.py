@@ -1,0 +1,113 @@
+"""``EngineConfig``: every knob of the runtime, validated, with documented defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from attrs import validators as v
+from cattrs.v import format_exception
+
+from ._errors import ConfigError
+
+
+def _positive(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _at_least_one(_instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{attribute.name} must be at least 1, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class SelectionDefaults:
+    """Policy used when a call does not say otherwise (see ``toolroute.Policy``)."""
+
+    max_tools: int = attrs.field(default=5, validator=_at_least_one)
+    threshold: float | None = None
+    adaptive: bool = True
+    always_active: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Ceiling on "show every tool" after two steps without a tool call.
+    all_tools_ceiling: int = attrs.field(default=128, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class Deadlines:
+    """Seconds each operation may take before it returns a fail-open result."""
+
+    #: Embedding one request; past it, recall is keyword-only (``degraded``).
+    embed_s: float = attrs.field(default=0.25, validator=_positive)
+    #: A whole ``select`` or ``prepare_step``; past it, the fallback set (``failed_open``).
+    select_s: float = attrs.field(default=0.5, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class WarmupConfig:
+    #: ``open_engine`` waits until tool embeddings are ready instead of serving keyword-only.
+    wait: bool = False
+    #: Tools embedded per worker-thread call (one progress event each).
+    batch: int = attrs.field(default=64, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class SessionConfig:
+    max_sessions: int = attrs.field(default=10_000, validator=_at_least_one)
+    idle_s: float = attrs.field(default=3600.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class EventConfig:
+    #: Put the raw request text in events (off: only an HMAC with a per-engine random key).
+    include_queries: bool = False
+    #: Buffer of a subscriber that does not choose one.
+    buffer: int = attrs.field(default=256, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class EngineConfig:
+    """Configuration of ``open_engine``; every section has working defaults.
+
+    ``cache_dir`` ``None`` means the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides
+    it); ``cache=False`` turns the embedding cache off.
+    """
+
+    selection: SelectionDefaults = attrs.field(factory=SelectionDefaults)
+    deadlines: Deadlines = attrs.field(factory=Deadlines)
+    warmup: WarmupConfig = attrs.field(factory=WarmupConfig)
+    sessions: SessionConfig = attrs.field(factory=SessionConfig)
+    events: EventConfig = attrs.field(factory=EventConfig)
+    cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    cache: bool = attrs.field(default=True, validator=v.instance_of(bool))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> EngineConfig:
+        """Build from plain data (a parsed JSON/TOML file), e.g. ``{"deadlines": {"embed_s": 0.1}}``.
+
+        Raises:
+            ConfigError: an unknown key, a wrong type or an out-of-range value, named.
+        """
+        try:
+            return _converter.structure(dict(data), cls)
+        except ConfigError:
+            raise
+        except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid engine config: {_describe(exc)}") from None
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, format_exception=_format))
+    return str(exc)
+
+
+def _format(exc: BaseException, type_: Any) -> str:
+    # Our own validators already say what was expected and what came.
+    return str(exc) if isinstance(exc, ConfigError) else format_exception(exc, type_)

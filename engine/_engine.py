@@ -1,0 +1,352 @@
+"""The trio runtime: ``open_engine`` and the ``Engine`` handle.
+
+The engine serves every request from an immutable snapshot (a ``ToolIndex``) that it swaps
+when warm-up finishes, so reads take no lock and make no round trip. It starts keyword-only
+at once and embeds the catalogue in a worker thread; each request embeds its text in a worker
+thread under a deadline and falls back to keyword-only recall when that is late or fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import trio
+
+from ._cache import EmbeddingCache, default_cache_dir
+from ._catalog import Catalog
+from ._config import EngineConfig
+from ._conversation import extract_query, idle_steps
+from ._errors import ConfigError
+from ._events import (
+    FailOpen,
+    SelectionFinished,
+    StepFinished,
+    WarmupFinished,
+    WarmupProgress,
+    new_query_key,
+    query_hash,
+)
+from ._hub import EventHub
+from ._index import Strategy, ToolIndex, embed_with_cache
+from ._outcome import Outcome
+from ._policy import Policy, apply_policy
+from ._selection import Ranking, Selection
+from ._sessions import SessionStore
+from ._text import embedding_text
+
+if TYPE_CHECKING:
+    from .providers import Embedder
+
+T = TypeVar("T")
+RunCpu = Callable[..., Awaitable[Any]]
+
+_DEFAULT: Any = object()
+
+
+async def run_in_thread(fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter) -> T:
+    """The default CPU seam: a worker thread the caller may abandon when cancelled."""
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter, abandon_on_cancel=True)
+
+
+@attrs.frozen
+class StepSelection:
+    """The tools to show on one agent step.
+
+    Attributes:
+        tool_ids: ids in order, or ``None`` to show every tool.
+        query: the text extracted from the conversation and routed on.
+        page: 0 for the best tools, 1 for the next page after a step without a tool call,
+            2 for every tool after two such steps.
+        outcome: as ``Selection.outcome``; ``skipped`` when the conversation has no text.
+    """
+
+    tool_ids: tuple[str, ...] | None
+    query: str
+    page: int
+    outcome: Outcome
+    reason: str = ""
+    latency_ms: float = 0.0
+
+
+class Engine:
+    """Handle on a running engine; obtain one from ``open_engine``."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        config: EngineConfig,
+        embedder: Embedder | None,
+        hub: EventHub,
+        run_cpu: RunCpu,
+    ) -> None:
+        self.catalog = catalog
+        self.config = config
+        self._embedder = embedder
+        self._hub = hub
+        self._run_cpu = run_cpu
+        self._cpu = trio.CapacityLimiter(2)
+        self._key = new_query_key()  # queries appear in events only as an HMAC
+        self._index = ToolIndex(catalog, embedder=None, cache=None)
+        self._ready = trio.Event()
+        self._sessions = SessionStore(
+            max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
+        )
+
+    @property
+    def index(self) -> ToolIndex:
+        """The current snapshot: keyword-only until warm-up finishes."""
+        return self._index
+
+    async def ready(self) -> None:
+        """Wait until tool embeddings are loaded (or warm-up failed and the engine stays
+        keyword-only; ``index.degraded_reason`` then says why)."""
+        await self._ready.wait()
+
+    def subscribe(self, buffer: int | None = None) -> AbstractAsyncContextManager[Any]:
+        """Receive events; see ``EventHub.subscribe``."""
+        return self._hub.subscribe(buffer=buffer or self.config.events.buffer)
+
+    # -- operations ---------------------------------------------------------------------------
+
+    async def select(
+        self,
+        query: str,
+        *,
+        strategy: Strategy | None = None,
+        policy: Policy | None = None,
+        **options: Any,
+    ) -> Selection:
+        """The tools to show for ``query``; the policy defaults come from the config.
+
+        Args:
+            options: ``max_tools``, ``threshold``, ``adaptive``, ``always_active``,
+                ``related``, ``max_related`` (as ``ToolIndex.select``).
+
+        Returns:
+            A ``Selection``. ``degraded`` when embeddings are not ready, the request's
+            embedding failed, or it missed ``deadlines.embed_s`` (recall is keyword-only).
+
+        Raises:
+            ConfigError: an unknown option or tool id.
+
+        **Cancellation:** the caller's cancel scope cancels the call; an abandoned embedding
+        thread finishes on its own and its result is dropped.
+        """
+        started = time.perf_counter()
+        policy = policy or self._policy(options)
+        index = self._index
+        policy.check_ids(index.catalog)
+        ranking = await self._rank(index, query, max(policy.max_tools, 1), strategy)
+        picks = apply_policy(
+            list(zip(ranking.tool_ids, ranking.scores, strict=True)),
+            policy,
+            baseline=ranking.baseline,
+            use_threshold=ranking.outcome is Outcome.APPLIED,
+        )
+        selection = Selection(
+            tool_ids=tuple(p.id for p in picks),
+            scores=tuple(p.score for p in picks),
+            strategy=ranking.strategy,
+            outcome=ranking.outcome,
+            reason=ranking.reason,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            sources=tuple(p.source for p in picks),
+        )
+        self._hub.publish(
+            SelectionFinished(
+                query_hash=query_hash(query, self._key),
+                query=query if self.config.events.include_queries else None,
+                tool_ids=selection.tool_ids,
+                scores=selection.scores,
+                strategy=selection.strategy,
+                outcome=selection.outcome,
+                degraded=selection.outcome is Outcome.DEGRADED,
+                latency_ms=selection.latency_ms,
+                reason=selection.reason,
+            )
+        )
+        return selection
+
+    async def prepare_step(
+        self, messages: Sequence[Mapping[str, Any]], *, session: str | None = None
+    ) -> StepSelection:
+        """The tools to show on the next step of an agent loop.
+
+        The request is extracted from the conversation (``toolroute._conversation``). After
+        one step in which the model called no tool the next page of ranked tools is shown;
+        after two, every tool (at most ``selection.all_tools_ceiling``, best first). A step
+        with a tool call starts again from the first page.
+        """
+        started = time.perf_counter()
+        defaults = self.config.selection
+        query = extract_query(messages)
+        page = min(idle_steps(messages), 2)
+        if session is not None:
+            self._sessions.get(session).idle_steps = page
+        always = defaults.always_active
+        index = self._index
+        if not query.strip():
+            step = StepSelection(always or None, "", page, Outcome.SKIPPED, "no request text")
+        elif page >= 2 and len(index.catalog) <= defaults.all_tools_ceiling:
+            step = StepSelection(None, query, page, Outcome.APPLIED)
+        else:
+            size = defaults.max_tools
+            wanted = defaults.all_tools_ceiling if page >= 2 else size * (page + 1)
+            ranking = await self._rank(index, query, wanted, None)
+            picked = ranking.tool_ids if page >= 2 else ranking.tool_ids[page * size :]
+            ids = tuple(dict.fromkeys((*always, *picked)))
+            step = StepSelection(ids, query, page, ranking.outcome, ranking.reason)
+        step = attrs.evolve(step, latency_ms=(time.perf_counter() - started) * 1000.0)
+        self._hub.publish(
+            StepFinished(
+                session=session,
+                query_hash=query_hash(query, self._key),
+                page=step.page,
+                tool_ids=step.tool_ids,
+                outcome=step.outcome,
+                latency_ms=step.latency_ms,
+                reason=step.reason,
+                query=query if self.config.events.include_queries else None,
+            )
+        )
+        return step
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _policy(self, options: Mapping[str, Any]) -> Policy:
+        defaults = self.config.selection
+        merged = {
+            "max_tools": defaults.max_tools,
+            "threshold": defaults.threshold,
+            "adaptive": defaults.adaptive,
+            "always_active": defaults.always_active,
+            **options,
+        }
+        try:
+            return Policy(**merged)
+        except TypeError as exc:
+            raise ConfigError(f"invalid selection option: {exc}") from None
+
+    async def _rank(
+        self, index: ToolIndex, query: str, k: int, strategy: Strategy | None
+    ) -> Ranking:
+        default: Strategy = "combined" if self._embedder is not None else "keyword"
+        chosen = strategy or default
+        vector: npt.NDArray[np.float32] | None = None
+        reason = index.degraded_reason or ("" if self._ready.is_set() else "warming up")
+        if chosen != "keyword" and index.vectors is not None and query.strip():
+            vector, reason = await self._embed_query(index, query)
+        return index.rank(query, vector, k, strategy=chosen, reason=reason)
+
+    async def _embed_query(
+        self, index: ToolIndex, query: str
+    ) -> tuple[npt.NDArray[np.float32] | None, str]:
+        deadline = self.config.deadlines.embed_s
+        with trio.move_on_after(deadline):
+            vector, reason = await self._run_cpu(index._embed_query, query, limiter=self._cpu)
+            if reason:
+                self._hub.publish(
+                    FailOpen(operation="select", what_failed="embedder", reason=reason)
+                )
+            return vector, reason
+        reason = f"the request's embedding took longer than {deadline} s"
+        self._hub.publish(FailOpen(operation="select", what_failed="embedder", reason=reason))
+        return None, reason
+
+    async def _warm_up(self, embedder: Embedder) -> None:
+        started = time.perf_counter()
+        token = trio.lowlevel.current_trio_token()
+        texts = [embedding_text(tool) for tool in self.catalog]
+        cache = self._cache()
+        counts: list[int] = []
+
+        def progress(done: int, total: int) -> None:
+            counts.append(total)
+            # Thread-safe hop back to the trio thread; publish never blocks there.
+            token.run_sync_soon(self._hub.publish, WarmupProgress(done=done, total=total))
+
+        try:
+            vectors = await self._run_cpu(
+                embed_with_cache,
+                embedder,
+                texts,
+                cache,
+                progress,
+                self.config.warmup.batch,
+                limiter=self._cpu,
+            )
+            self._index = self._index.with_vectors(embedder, vectors)
+            degraded, reason = False, ""
+        except Exception as exc:  # warm-up failure leaves the engine keyword-only
+            degraded, reason = True, f"{type(exc).__name__}: {str(exc)[:200]}"
+            failed = copy.copy(self._index)  # snapshots are never changed in place
+            failed.degraded_reason = f"embedder failed while indexing: {reason}"
+            self._index = failed
+            self._hub.publish(FailOpen(operation="warmup", what_failed="embedder", reason=reason))
+        embedded = counts[0] if counts else 0
+        self._hub.publish(
+            WarmupFinished(
+                tools=len(self.catalog),
+                embedded=embedded,
+                from_cache=len(self.catalog) - embedded if not degraded else 0,
+                seconds=time.perf_counter() - started,
+                degraded=degraded,
+                reason=reason,
+            )
+        )
+        self._ready.set()
+
+    def _cache(self) -> EmbeddingCache | None:
+        if not self.config.cache:
+            return None
+        return EmbeddingCache(self.config.cache_dir or default_cache_dir())
+
+
+@asynccontextmanager
+async def open_engine(
+    catalog: Catalog,
+    *,
+    config: EngineConfig | None = None,
+    embedder: Embedder | None = _DEFAULT,
+    run_cpu: RunCpu = run_in_thread,
+) -> AsyncIterator[Engine]:
+    """Run an engine over ``catalog`` for the duration of the block.
+
+    Args:
+        config: an ``EngineConfig``; defaults everywhere otherwise.
+        embedder: any ``Embedder``; by default the offline MiniLM model; ``None`` for a
+            keyword-only engine.
+        run_cpu: how CPU work runs (``await run_cpu(fn, *args, limiter=...)``); a worker
+            thread by default. Tests under a mock clock pass an inline version.
+
+    By default the block starts at once and requests are served keyword-only (``degraded``)
+    until embeddings are ready; ``config.warmup.wait`` makes the start wait instead.
+
+    **Resource handling:** leaving the block cancels warm-up and closes every subscription.
+    """
+    config = config or EngineConfig()
+    if embedder is _DEFAULT:
+        from .providers import default_embedder
+
+        embedder = await trio.to_thread.run_sync(default_embedder)
+    hub = EventHub()
+    async with trio.open_nursery() as nursery:
+        engine = Engine(catalog, config, embedder, hub, run_cpu)
+        if embedder is None:
+            engine._ready.set()
+        else:
+            nursery.start_soon(engine._warm_up, embedder)
+        if config.warmup.wait:
+            await engine.ready()
+        try:
+            yield engine
+        finally:
+            nursery.cancel_scope.cancel("engine shutdown")
+            hub.close()

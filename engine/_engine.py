@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
+from ._batcher import QueryBatcher, start_batcher
 from ._cache import EmbeddingCache, default_cache_dir
 from ._catalog import Catalog
 from ._config import EngineConfig
@@ -95,6 +96,7 @@ class Engine:
         self._key = new_query_key()  # queries appear in events only as an HMAC
         self._index = ToolIndex(catalog, embedder=None, cache=None)
         self._ready = trio.Event()
+        self._batcher: QueryBatcher | None = None
         self._sessions = SessionStore(
             max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
         )
@@ -241,7 +243,7 @@ class Engine:
         chosen = strategy or default
         vector: npt.NDArray[np.float32] | None = None
         reason = index.degraded_reason or ("" if self._ready.is_set() else "warming up")
-        if chosen != "keyword" and index.vectors is not None and query.strip():
+        if chosen != "keyword" and index.vectors is not None and query.strip() and self._batcher:
             vector, reason = await self._embed_query(index, query)
         return index.rank(query, vector, k, strategy=chosen, reason=reason)
 
@@ -249,14 +251,13 @@ class Engine:
         self, index: ToolIndex, query: str
     ) -> tuple[npt.NDArray[np.float32] | None, str]:
         deadline = self.config.deadlines.embed_s
-        with trio.move_on_after(deadline):
-            vector, reason = await self._run_cpu(index._embed_query, query, limiter=self._cpu)
-            if reason:
-                self._hub.publish(
-                    FailOpen(operation="select", what_failed="embedder", reason=reason)
-                )
-            return vector, reason
         reason = f"the request's embedding took longer than {deadline} s"
+        assert self._batcher is not None  # an engine with vectors has an embedder
+        with trio.move_on_after(deadline):
+            try:
+                return await self._batcher.embed(query), ""
+            except Exception as exc:  # the request degrades to keyword-only; it never raises
+                reason = f"embedder failed on the query: {type(exc).__name__}: {str(exc)[:200]}"
         self._hub.publish(FailOpen(operation="select", what_failed="embedder", reason=reason))
         return None, reason
 
@@ -342,6 +343,13 @@ async def open_engine(
         if embedder is None:
             engine._ready.set()
         else:
+            engine._batcher = await start_batcher(
+                nursery,
+                lambda: engine.index._query_vectors,  # the current snapshot's checked embedding
+                run_cpu,
+                max_batch=max(1, int(embedder.max_batch)),
+                limiter=engine._cpu,
+            )
             nursery.start_soon(engine._warm_up, embedder)
         if config.warmup.wait:
             await engine.ready()
@@ -349,4 +357,6 @@ async def open_engine(
             yield engine
         finally:
             nursery.cancel_scope.cancel("engine shutdown")
+            if engine._batcher is not None:
+                engine._batcher.close()
             hub.close()

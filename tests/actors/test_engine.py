@@ -37,8 +37,10 @@ class SlowEmbedder:
         self.identity, self.dim, self.max_batch = "slow", 256, 16
         self.delay = delay
         self.fail = fail
+        self.calls: list[int] = []
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(len(texts))
         if self.fail:
             raise RuntimeError("model crashed")
         return self.inner.embed(texts)
@@ -211,3 +213,66 @@ async def test_no_task_outlives_the_engine(autojump_clock: trio.testing.MockCloc
         pass
     after = len(trio.lowlevel.current_root_task().child_nurseries[0].child_tasks)
     assert after == before
+
+
+async def test_concurrent_requests_share_model_calls(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    embedder = SlowEmbedder(delay=0.0)
+    config = EngineConfig(
+        cache=False, deadlines=Deadlines(embed_s=5.0), warmup=WarmupConfig(wait=True)
+    )
+    async with open_engine(
+        TOOLS, config=config, embedder=embedder, run_cpu=virtual_cpu(embedder)
+    ) as engine:
+        embedder.delay = 0.01
+        embedder.calls.clear()
+        results: list[str] = []
+
+        async def one(query: str) -> None:
+            results.append((await engine.select(query)).tool_ids[0])
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(one, "weather forecast in Paris")
+        assert results == ["get_weather"] * 10
+        assert len(embedder.calls) < 10  # batched
+        assert sum(embedder.calls) == 10
+
+
+async def test_a_lone_request_does_not_wait_for_company(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    embedder = SlowEmbedder(delay=0.0)
+    config = EngineConfig(cache=False, warmup=WarmupConfig(wait=True))
+    async with open_engine(
+        TOOLS, config=config, embedder=embedder, run_cpu=virtual_cpu(embedder)
+    ) as engine:
+        started = trio.current_time()
+        selection = await engine.select("book a flight")
+        assert trio.current_time() == started  # no batching window
+        assert selection.outcome is Outcome.APPLIED
+
+
+async def test_requests_pending_at_shutdown_do_not_hang() -> None:
+    embedder = SlowEmbedder(delay=0.0)
+    config = EngineConfig(
+        cache=False, deadlines=Deadlines(embed_s=30.0), warmup=WarmupConfig(wait=True)
+    )
+    outcomes: list[Outcome] = []
+    with trio.fail_after(10):
+        async with (
+            trio.open_nursery() as outer,
+            open_engine(
+                TOOLS, config=config, embedder=embedder, run_cpu=virtual_cpu(embedder)
+            ) as engine,
+        ):
+            embedder.delay = 5.0
+
+            async def one() -> None:
+                outcomes.append((await engine.select("read a file")).outcome)
+
+            for _ in range(3):
+                outer.start_soon(one)
+            await trio.sleep(0.1)
+    assert outcomes == [Outcome.DEGRADED] * 3

@@ -102,7 +102,7 @@ def main() -> None:
         tokens = [tokenize(q.text) for q in queries]
         bm25 = np.stack([index.keyword.bm25(t) for t in tokens])
         cov = np.stack([index.keyword.coverage(t) for t in tokens])
-        name = np.stack([index.keyword.name_coverage(t) for t in tokens])
+        name_cov = np.stack([index.keyword.name_coverage(t) for t in tokens])
         subsets = {"dev": np.arange(len(queries))}
         if name == "metatool":
             texts = {t.id: set(tokenize(tool_text(t))) for t in catalog}
@@ -120,7 +120,7 @@ def main() -> None:
         print("| candidate | " + " | ".join(f"{s} top-1 / hit@5 / MRR" for s in subsets) + " |")
         print("|---|" + "---|" * len(subsets))
         for label, combine in CANDIDATES.items():
-            scores = combine(cos, bm25, cov, name)
+            scores = combine(cos, bm25, cov, name_cov)
             cells = []
             for members in subsets.values():
                 t1, h5, mrr = metrics(

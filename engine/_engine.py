@@ -9,6 +9,7 @@ thread under a deadline and falls back to keyword-only recall when that is late 
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -49,6 +50,9 @@ T = TypeVar("T")
 RunCpu = Callable[..., Awaitable[Any]]
 
 _DEFAULT: Any = object()
+#: Catalogues at least this large are scored in a worker thread (about 1 ms of numpy work
+#: per request at this size; below it the thread hop costs more than it saves).
+_SCORE_IN_THREAD_FROM = 20_000
 
 
 async def run_in_thread(fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter) -> T:
@@ -245,7 +249,17 @@ class Engine:
         reason = index.degraded_reason or ("" if self._ready.is_set() else "warming up")
         if chosen != "keyword" and index.vectors is not None and query.strip() and self._batcher:
             vector, reason = await self._embed_query(index, query)
-        return index.rank(query, vector, k, strategy=chosen, reason=reason)
+        if len(index.catalog) < _SCORE_IN_THREAD_FROM:
+            return index.rank(query, vector, k, strategy=chosen, reason=reason)
+        # Scoring a large catalogue takes milliseconds: off the event loop, so other tasks run.
+        ranked: Ranking = await self._run_cpu(
+            functools.partial(index.rank, strategy=chosen, reason=reason),
+            query,
+            vector,
+            k,
+            limiter=self._cpu,
+        )
+        return ranked
 
     async def _embed_query(
         self, index: ToolIndex, query: str

@@ -38,7 +38,7 @@ from ._events import (
 from ._hub import EventHub
 from ._index import Strategy, ToolIndex, embed_with_cache
 from ._outcome import Outcome
-from ._policy import Policy, apply_policy
+from ._policy import Policy, select
 from ._selection import Ranking, Selection
 from ._sessions import SessionStore
 from ._text import embedding_text
@@ -150,21 +150,7 @@ class Engine:
         index = self._index
         policy.check_ids(index.catalog)
         ranking = await self._rank(index, query, max(policy.max_tools, 1), strategy)
-        picks = apply_policy(
-            list(zip(ranking.tool_ids, ranking.scores, strict=True)),
-            policy,
-            baseline=ranking.baseline,
-            use_threshold=ranking.outcome is Outcome.APPLIED,
-        )
-        selection = Selection(
-            tool_ids=tuple(p.id for p in picks),
-            scores=tuple(p.score for p in picks),
-            strategy=ranking.strategy,
-            outcome=ranking.outcome,
-            reason=ranking.reason,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
-            sources=tuple(p.source for p in picks),
-        )
+        selection = select(ranking, policy, started)
         self._hub.publish(
             SelectionFinished(
                 query_hash=query_hash(query, self._key),

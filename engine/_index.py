@@ -17,7 +17,7 @@ from ._errors import ConfigError
 from ._fusion import fuse
 from ._keyword import KeywordIndex
 from ._outcome import Outcome
-from ._policy import Policy, apply_policy
+from ._policy import Policy, select
 from ._selection import Ranking, Selection
 from ._text import embedding_text, keyword_document, split_identifier, tokenize
 from ._vectors import VectorIndex, top_k
@@ -274,21 +274,7 @@ class ToolIndex:
                 raise ConfigError(f"invalid selection option: {exc}") from None
         policy.check_ids(self.catalog)
         ranking = self.search(query, max(policy.max_tools, 1), strategy=strategy)
-        picks = apply_policy(
-            list(zip(ranking.tool_ids, ranking.scores, strict=True)),
-            policy,
-            baseline=ranking.baseline,
-            use_threshold=ranking.outcome is Outcome.APPLIED,
-        )
-        return Selection(
-            tool_ids=tuple(p.id for p in picks),
-            scores=tuple(p.score for p in picks),
-            strategy=ranking.strategy,
-            outcome=ranking.outcome,
-            reason=ranking.reason,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
-            sources=tuple(p.source for p in picks),
-        )
+        return select(ranking, policy, started)
 
     def _strategy(self, strategy: Strategy | None) -> Strategy:
         if strategy is None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 import attrs
 
 from ._errors import ConfigError
+from ._outcome import Outcome
+from ._selection import Ranking, Selection
 
 #: toolpick's elbow: cut where one gap is at least this share of the top score's lead.
 GAP_RATIO = 0.4
@@ -139,3 +142,26 @@ def elbow(ranked: Sequence[tuple[str, float]], *, baseline: float = 0.0) -> list
         if i + 1 >= MIN_ADAPTIVE and gap / lead >= GAP_RATIO:
             return list(ranked[: i + 1])
     return list(ranked)
+
+
+def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
+    """Apply ``policy`` to a ranking; ``started`` is the ``perf_counter`` time the call began.
+
+    The threshold applies only to a ranking judged normally: a degraded one is on another
+    scale (keyword-only).
+    """
+    picks = apply_policy(
+        list(zip(ranking.tool_ids, ranking.scores, strict=True)),
+        policy,
+        baseline=ranking.baseline,
+        use_threshold=ranking.outcome is Outcome.APPLIED,
+    )
+    return Selection(
+        tool_ids=tuple(p.id for p in picks),
+        scores=tuple(p.score for p in picks),
+        strategy=ranking.strategy,
+        outcome=ranking.outcome,
+        reason=ranking.reason,
+        latency_ms=(time.perf_counter() - started) * 1000.0,
+        sources=tuple(p.source for p in picks),
+    )

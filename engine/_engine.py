@@ -22,11 +22,12 @@ import trio
 
 from ._batcher import QueryBatcher, start_batcher
 from ._cache import EmbeddingCache, default_cache_dir
-from ._catalog import Catalog
+from ._catalog import Catalog, Tool
 from ._config import EngineConfig
 from ._conversation import extract_query, idle_steps
 from ._errors import ConfigError
 from ._events import (
+    CatalogUpdated,
     FailOpen,
     SelectionFinished,
     StepFinished,
@@ -91,7 +92,6 @@ class Engine:
         hub: EventHub,
         run_cpu: RunCpu,
     ) -> None:
-        self.catalog = catalog
         self.config = config
         self._embedder = embedder
         self._hub = hub
@@ -100,10 +100,17 @@ class Engine:
         self._key = new_query_key()  # queries appear in events only as an HMAC
         self._index = ToolIndex(catalog, embedder=None, cache=None)
         self._ready = trio.Event()
+        self._updating = trio.Lock()  # one catalogue change at a time
+        self._version = 0
         self._batcher: QueryBatcher | None = None
         self._sessions = SessionStore(
             max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
         )
+
+    @property
+    def catalog(self) -> Catalog:
+        """The current catalogue (it changes with ``update``)."""
+        return self._index.catalog
 
     @property
     def index(self) -> ToolIndex:
@@ -210,6 +217,73 @@ class Engine:
         )
         return step
 
+    async def update(
+        self,
+        *,
+        add: Sequence[Tool] = (),
+        remove: Sequence[str] = (),
+        replace: Sequence[Tool] = (),
+    ) -> None:
+        """Change the catalogue: ``remove`` ids, ``replace`` tools by id, ``add`` new tools.
+
+        Only tools whose embedding text changed are embedded again (the rest keep their
+        vectors); readers see the old snapshot or the new one, never a mix. If embedding
+        fails the new catalogue is served keyword-only (``degraded``) and a ``fail_open``
+        event says why.
+
+        Raises:
+            ConfigError: ``remove`` or ``replace`` names an id the catalogue does not have.
+            CatalogError: the result would have duplicate ids.
+        """
+        async with self._updating:
+            old = self._index
+            catalog = updated_catalog(old.catalog, add=add, remove=remove, replace=replace)
+            new = await self._run_cpu(
+                functools.partial(ToolIndex, embedder=None, cache=None), catalog, limiter=self._cpu
+            )
+            if self._embedder is not None:
+                # During warm-up this embeds the whole catalogue (the disk cache absorbs the
+                # repeat); warm-up then sees the catalogue changed and drops its stale vectors.
+                new = await self._with_vectors(new, old, self._embedder)
+            self._index = new
+            self._version += 1
+            self._hub.publish(
+                CatalogUpdated(
+                    added=tuple(t.id for t in add),
+                    removed=tuple(remove),
+                    replaced=tuple(t.id for t in replace),
+                    version=self._version,
+                )
+            )
+
+    async def _with_vectors(self, new: ToolIndex, old: ToolIndex, embedder: Embedder) -> ToolIndex:
+        """``new`` with vectors: reused from ``old`` where the text is unchanged."""
+        texts = [embedding_text(tool) for tool in new.catalog]
+        known: dict[str, int] = {}
+        if old.vectors is not None:
+            known = {embedding_text(tool): i for i, tool in enumerate(old.catalog)}
+        rows = np.zeros((len(texts), int(embedder.dim)), dtype=np.float32)
+        missing = [i for i, text in enumerate(texts) if text not in known]
+        for i, text in enumerate(texts):
+            if text in known and old.vectors is not None:
+                rows[i] = old.vectors.matrix[known[text]]
+        try:
+            if missing:
+                rows[missing] = await self._run_cpu(
+                    embed_with_cache,
+                    embedder,
+                    [texts[i] for i in missing],
+                    self._cache(),
+                    limiter=self._cpu,
+                )
+            return new.with_vectors(embedder, rows)
+        except Exception as exc:  # the new catalogue is served keyword-only
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            self._hub.publish(FailOpen(operation="update", what_failed="embedder", reason=reason))
+            failed = copy.copy(new)
+            failed.degraded_reason = f"embedder failed while indexing: {reason}"
+            return failed
+
     # -- internals ----------------------------------------------------------------------------
 
     def _policy(self, options: Mapping[str, Any]) -> Policy:
@@ -264,7 +338,8 @@ class Engine:
     async def _warm_up(self, embedder: Embedder) -> None:
         started = time.perf_counter()
         token = trio.lowlevel.current_trio_token()
-        texts = [embedding_text(tool) for tool in self.catalog]
+        catalog = self.catalog
+        texts = [embedding_text(tool) for tool in catalog]
         cache = self._cache()
         counts: list[int] = []
 
@@ -283,7 +358,10 @@ class Engine:
                 self.config.warmup.batch,
                 limiter=self._cpu,
             )
-            self._index = self._index.with_vectors(embedder, vectors)
+            async with self._updating:
+                # An update during warm-up brought its own vectors: these are stale then.
+                if self._index.catalog is catalog and self._index.vectors is None:
+                    self._index = self._index.with_vectors(embedder, vectors)
             degraded, reason = False, ""
         except Exception as exc:  # warm-up failure leaves the engine keyword-only
             degraded, reason = True, f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -308,6 +386,27 @@ class Engine:
         if not self.config.cache:
             return None
         return EmbeddingCache(self.config.cache_dir or default_cache_dir())
+
+
+def updated_catalog(
+    catalog: Catalog,
+    *,
+    add: Sequence[Tool] = (),
+    remove: Sequence[str] = (),
+    replace: Sequence[Tool] = (),
+) -> Catalog:
+    """``catalog`` with ``remove`` ids dropped, ``replace`` tools swapped in by id, ``add``
+    appended; order is kept and new tools come last."""
+    removed = set(remove)
+    replacing = {tool.id: tool for tool in replace}
+    unknown = [i for i in (*removed, *replacing) if i not in catalog]
+    if unknown:
+        raise ConfigError(
+            f"update names tools not in the catalogue: {', '.join(map(repr, unknown))}"
+        )
+    kept = [replacing.get(t.id, t) for t in catalog if t.id not in removed]
+    descriptions = {server.id: server.description for server in catalog.servers}
+    return Catalog([*kept, *add], server_descriptions=descriptions)
 
 
 @asynccontextmanager

@@ -276,3 +276,54 @@ async def test_requests_pending_at_shutdown_do_not_hang() -> None:
                 outer.start_soon(one)
             await trio.sleep(0.1)
     assert outcomes == [Outcome.DEGRADED] * 3
+
+
+async def test_update_re_embeds_only_what_changed(autojump_clock: trio.testing.MockClock) -> None:
+    from toolroute import Tool
+
+    embedder = SlowEmbedder()
+    config = EngineConfig(cache=False, warmup=WarmupConfig(wait=True))
+    async with open_engine(
+        TOOLS, config=config, embedder=embedder, run_cpu=virtual_cpu(embedder)
+    ) as engine:
+        embedder.calls.clear()
+        async with engine.subscribe(buffer=8) as events:
+            await engine.update(
+                add=[Tool("play_music", "play_music", "Play a song or playlist")],
+                remove=["book_flight"],
+                replace=[Tool("read_file", "read_file", "Read a text file and return its lines")],
+            )
+            delivery = await events.__anext__()
+        assert sum(embedder.calls) == 2  # the new tool and the changed description
+        assert "book_flight" not in engine.catalog
+        assert engine.catalog.ids[-1] == "play_music"
+        assert delivery.event.type == "catalog.updated"
+        assert delivery.event.version == 1
+        selection = await engine.select("play a song")
+        assert selection.tool_ids[0] == "play_music"
+        assert selection.outcome is Outcome.APPLIED
+
+
+async def test_update_naming_unknown_tools_changes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+        with pytest.raises(ConfigError, match="nope"):
+            await engine.update(remove=["nope"])
+        assert engine.catalog is TOOLS
+
+
+async def test_update_during_warm_up_is_not_overwritten(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from toolroute import Tool
+
+    embedder = SlowEmbedder(delay=1.0)
+    async with open_engine(
+        TOOLS, config=CONFIG, embedder=embedder, run_cpu=virtual_cpu(embedder)
+    ) as engine:
+        await engine.update(add=[Tool("play_music", "play_music", "Play a song")])
+        await engine.ready()
+        assert "play_music" in engine.catalog
+        assert engine.index.vectors is not None
+        assert len(engine.index.vectors) == len(TOOLS) + 1

@@ -22,6 +22,7 @@ from ._evaluate import split_of as split_of
 from ._index import ToolIndex as ToolIndex
 from ._outcome import Outcome as Outcome
 from ._policy import Policy as Policy
+from ._search_tool import search_tools_definition as search_tools_definition
 from ._selection import Ranking as Ranking
 from ._selection import Selection as Selection
 from ._text import tokenize as tokenize

@@ -40,6 +40,7 @@ from ._hub import EventHub
 from ._index import Strategy, ToolIndex, embed_with_cache
 from ._outcome import Outcome
 from ._policy import Policy, select
+from ._search_tool import HINT, read_arguments
 from ._selection import Ranking, Selection
 from ._sessions import SessionStore
 from ._text import embedding_text
@@ -187,12 +188,16 @@ class Engine:
         defaults = self.config.selection
         query = extract_query(messages)
         page = min(idle_steps(messages), 2)
+        found: tuple[str, ...] = ()  # tools the agent found with search_tools, shown once
         if session is not None:
-            self._sessions.get(session).idle_steps = page
+            state = self._sessions.get(session)
+            state.idle_steps = page
+            found, state.activated = state.activated, ()
         always = defaults.always_active
         index = self._index
         if not query.strip():
-            step = StepSelection(always or None, "", page, Outcome.SKIPPED, "no request text")
+            shown = tuple(dict.fromkeys((*always, *found)))
+            step = StepSelection(shown or None, "", page, Outcome.SKIPPED, "no request text")
         elif page >= 2 and len(index.catalog) <= defaults.all_tools_ceiling:
             step = StepSelection(None, query, page, Outcome.APPLIED)
         else:
@@ -200,7 +205,7 @@ class Engine:
             wanted = defaults.all_tools_ceiling if page >= 2 else size * (page + 1)
             ranking = await self._rank(index, query, wanted, None)
             picked = ranking.tool_ids if page >= 2 else ranking.tool_ids[page * size :]
-            ids = tuple(dict.fromkeys((*always, *picked)))
+            ids = tuple(dict.fromkeys((*always, *found, *picked)))
             step = StepSelection(ids, query, page, ranking.outcome, ranking.reason)
         step = attrs.evolve(step, latency_ms=(time.perf_counter() - started) * 1000.0)
         self._hub.publish(
@@ -283,6 +288,37 @@ class Engine:
             failed = copy.copy(new)
             failed.degraded_reason = f"embedder failed while indexing: {reason}"
             return failed
+
+    async def search_tools(
+        self, arguments: object, *, session: str | None = None, k: int = 5
+    ) -> dict[str, Any]:
+        """Handle a ``search_tools`` call (see ``search_tools_definition``).
+
+        Args:
+            arguments: the call's arguments, ``{"query": ...}`` or its JSON text.
+            session: the conversation; the tools found are shown on its next step.
+
+        Returns:
+            ``{"tools": [{"name", "description", "relevance"}], "hint"}``, ready to send back
+            to the model as the tool's output.
+        """
+        query = read_arguments(arguments)
+        index = self._index
+        ranking = await self._rank(index, query, k, None)
+        if session is not None:
+            state = self._sessions.get(session)
+            state.activated = tuple(dict.fromkeys((*state.activated, *ranking.tool_ids)))
+        return {
+            "tools": [
+                {
+                    "name": index.catalog[tool_id].name,
+                    "description": index.catalog[tool_id].description,
+                    "relevance": round(score, 2),
+                }
+                for tool_id, score in zip(ranking.tool_ids, ranking.scores, strict=True)
+            ],
+            "hint": HINT,
+        }
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -327,3 +327,44 @@ async def test_update_during_warm_up_is_not_overwritten(
         assert "play_music" in engine.catalog
         assert engine.index.vectors is not None
         assert len(engine.index.vectors) == len(TOOLS) + 1
+
+
+async def test_search_tools_finds_and_activates_for_the_next_step(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    config = EngineConfig(cache=False, selection=SelectionDefaults(max_tools=1))
+    async with open_engine(TOOLS, config=config, embedder=None) as engine:
+        result = await engine.search_tools('{"query": "calendar events"}', session="s")
+        assert result["tools"][0]["name"] == "list_events"
+        assert "hint" in result
+        user = {"role": "user", "content": "what is the weather in Oslo"}
+        step = await engine.prepare_step([user], session="s")
+        assert step.tool_ids is not None
+        assert "list_events" in step.tool_ids  # found through search_tools
+        assert "get_weather" in step.tool_ids
+        again = await engine.prepare_step([user], session="s")
+        assert again.tool_ids is not None
+        assert "list_events" not in again.tool_ids  # shown once
+
+
+@pytest.mark.parametrize("arguments", ["not json", {"q": 1}, ["query"]])
+async def test_search_tools_rejects_bad_arguments(
+    arguments: object, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+        with pytest.raises(ConfigError, match="search_tools"):
+            await engine.search_tools(arguments)
+
+
+def test_search_tools_definitions_read_back_as_catalogues() -> None:
+    from toolroute._search_tool import search_tools_definition
+
+    assert Catalog.from_openai([search_tools_definition("openai")]).ids == ("search_tools",)
+    assert Catalog.from_openai([search_tools_definition("openai-responses")]).ids == (
+        "search_tools",
+    )
+    assert Catalog.from_anthropic([search_tools_definition("anthropic")]).ids == ("search_tools",)
+    mcp = Catalog.from_mcp({"tools": [search_tools_definition("mcp")]})
+    assert mcp["search_tools"].annotations["readOnlyHint"] is True
+    with pytest.raises(ConfigError, match="unknown tool format"):
+        search_tools_definition("cohere")

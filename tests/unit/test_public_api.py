@@ -11,6 +11,7 @@ PUBLIC = {
     "EngineConfig",
     "StepSelection",
     "open_engine",
+    "search_tools_definition",
     "Catalog",
     "CatalogError",
     "ConfigError",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import types
+
 import toolroute
+import toolroute.asyncio
 import toolroute.providers
 
 PUBLIC = {
@@ -44,7 +47,12 @@ PROVIDERS = {
 
 
 def public_names(module: object) -> set[str]:
-    return {name for name in vars(module) if not name.startswith("_") and name not in {"providers"}}
+    # Subpackages (toolroute.providers, toolroute.asyncio) are attributes once imported.
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
 
 
 def test_toolroute_exports_exactly_the_public_names() -> None:
@@ -80,3 +88,8 @@ def test_errors_share_one_base_and_config_errors_are_value_errors() -> None:
         assert issubclass(error, toolroute.ToolrouteError)
     assert issubclass(toolroute.CatalogError, ValueError)
     assert issubclass(toolroute.ConfigError, ValueError)
+
+
+def test_asyncio_module_exposes_the_bridge() -> None:
+    assert callable(toolroute.asyncio.open_engine)
+    assert toolroute.asyncio.AsyncioEngine.select

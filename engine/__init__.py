@@ -12,6 +12,7 @@ from ._engine import open_engine as open_engine
 from ._errors import CatalogError as CatalogError
 from ._errors import ConfigError as ConfigError
 from ._errors import EmbedderError as EmbedderError
+from ._errors import EngineCrashed as EngineCrashed
 from ._errors import ModelIntegrityError as ModelIntegrityError
 from ._errors import ProviderError as ProviderError
 from ._errors import ToolrouteError as ToolrouteError

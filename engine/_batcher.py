@@ -28,21 +28,50 @@ class Embed:
 
 
 class QueryBatcher:
-    """Handle on a running ``run_batcher`` actor."""
+    """Handle on the batching service; ``run`` is the (restartable) service itself."""
 
-    def __init__(self, inbox: trio.MemorySendChannel[Embed]) -> None:
-        self._inbox = inbox
+    def __init__(
+        self,
+        embed_batch: Callable[[], EmbedBatch],
+        run_cpu: Callable[..., Any],
+        *,
+        max_batch: int,
+        limiter: trio.CapacityLimiter,
+    ) -> None:
+        self._embed_batch = embed_batch
+        self._run_cpu = run_cpu
+        self._max_batch = max_batch
+        self._limiter = limiter
+        self._inbox: trio.MemorySendChannel[Embed] | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve requests until closed; each (re)start opens a fresh inbox."""
+        send, receive = trio.open_memory_channel[Embed](self._max_batch * 4)
+        self._inbox = send
+        await run_batcher(
+            receive,
+            lambda: self._embed_batch(),  # looked up per batch: the handle may be re-pointed
+            self._run_cpu,
+            self._max_batch,
+            self._limiter,
+            task_status=task_status,
+        )
 
     async def embed(self, text: str) -> Vectors:
         """The vector of ``text``, embedded together with whatever else is waiting.
 
         Raises:
             Exception: whatever the embedding raised (the caller degrades).
-            trio.BrokenResourceError: the batcher has stopped.
+            trio.BrokenResourceError: the service is down (stopped, or restarting).
         """
+        if self._inbox is None:
+            raise trio.BrokenResourceError("the query batcher is not running")
         reply_send, reply_receive = trio.open_memory_channel[Vectors | Exception](1)
         with reply_receive:
-            await self._inbox.send(Embed(text, reply_send))
+            try:
+                await self._inbox.send(Embed(text, reply_send))
+            except trio.ClosedResourceError:
+                raise trio.BrokenResourceError("the query batcher stopped") from None
             try:
                 result = await reply_receive.receive()
             except trio.EndOfChannel:
@@ -52,25 +81,8 @@ class QueryBatcher:
         return result
 
     def close(self) -> None:
-        self._inbox.close()
-
-
-async def start_batcher(
-    nursery: trio.Nursery,
-    embed_batch: Callable[[], EmbedBatch],
-    run_cpu: Callable[..., Any],
-    *,
-    max_batch: int,
-    limiter: trio.CapacityLimiter,
-) -> QueryBatcher:
-    """Start ``run_batcher`` in ``nursery`` and return its handle.
-
-    ``embed_batch()`` is asked for the embedding function at each batch, so a runtime that
-    swaps snapshots embeds with the current one.
-    """
-    send, receive = trio.open_memory_channel[Embed](max_batch * 4)
-    await nursery.start(run_batcher, receive, embed_batch, run_cpu, max_batch, limiter)
-    return QueryBatcher(send)
+        if self._inbox is not None:
+            self._inbox.close()
 
 
 async def run_batcher(
@@ -105,7 +117,7 @@ async def run_batcher(
             # Callers that gave up (deadline, cancellation) closed their reply channel.
             batch = [m for m in batch if m.reply.statistics().open_receive_channels > 0]
             if batch:
-                await _serve(batch, embed_batch(), run_cpu, limiter)
+                await _serve(batch, embed_batch, run_cpu, limiter)
     finally:
         # Whatever is left gets an EndOfChannel instead of a reply, so no caller hangs.
         for message in pending:
@@ -120,12 +132,13 @@ async def run_batcher(
 
 async def _serve(
     batch: list[Embed],
-    embed: EmbedBatch,
+    embed_batch: Callable[[], EmbedBatch],
     run_cpu: Callable[..., Any],
     limiter: trio.CapacityLimiter,
 ) -> None:
     result: Vectors | Exception
     try:
+        embed = embed_batch()  # inside the try: if this crashes the service, replies still close
         try:
             result = await run_cpu(embed, [m.text for m in batch], limiter=limiter)
         except Exception as exc:  # every caller in the batch degrades on its own

@@ -12,6 +12,7 @@ from attrs import validators as v
 from cattrs.v import format_exception
 
 from ._errors import ConfigError
+from ._supervisor import RestartPolicy
 
 
 def _positive(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -81,6 +82,7 @@ class EngineConfig:
     warmup: WarmupConfig = attrs.field(factory=WarmupConfig)
     sessions: SessionConfig = attrs.field(factory=SessionConfig)
     events: EventConfig = attrs.field(factory=EventConfig)
+    restarts: RestartPolicy = attrs.field(factory=RestartPolicy)
     cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     cache: bool = attrs.field(default=True, validator=v.instance_of(bool))
 

@@ -20,12 +20,12 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from ._batcher import QueryBatcher, start_batcher
+from ._batcher import QueryBatcher
 from ._cache import EmbeddingCache, default_cache_dir
 from ._catalog import Catalog, Tool
 from ._config import EngineConfig
 from ._conversation import extract_query, idle_steps
-from ._errors import ConfigError
+from ._errors import ConfigError, EngineCrashed
 from ._events import (
     CatalogUpdated,
     FailOpen,
@@ -43,6 +43,7 @@ from ._policy import Policy, select
 from ._search_tool import HINT, read_arguments
 from ._selection import Ranking, Selection
 from ._sessions import SessionStore
+from ._supervisor import run_supervised
 from ._text import embedding_text
 
 if TYPE_CHECKING:
@@ -473,25 +474,44 @@ async def open_engine(
 
         embedder = await trio.to_thread.run_sync(default_embedder)
     hub = EventHub()
-    async with trio.open_nursery() as nursery:
-        engine = Engine(catalog, config, embedder, hub, run_cpu)
-        if embedder is None:
-            engine._ready.set()
-        else:
-            engine._batcher = await start_batcher(
-                nursery,
-                lambda: engine.index._query_vectors,  # the current snapshot's checked embedding
-                run_cpu,
-                max_batch=max(1, int(embedder.max_batch)),
-                limiter=engine._cpu,
-            )
-            nursery.start_soon(engine._warm_up, embedder)
-        if config.warmup.wait:
-            await engine.ready()
-        try:
-            yield engine
-        finally:
-            nursery.cancel_scope.cancel("engine shutdown")
-            if engine._batcher is not None:
-                engine._batcher.close()
-            hub.close()
+    body_error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            engine = Engine(catalog, config, embedder, hub, run_cpu)
+            if embedder is None:
+                engine._ready.set()
+            else:
+                engine._batcher = QueryBatcher(
+                    lambda: engine.index._query_vectors,  # the current snapshot's embedding
+                    run_cpu,
+                    max_batch=max(1, int(embedder.max_batch)),
+                    limiter=engine._cpu,
+                )
+                await nursery.start(
+                    run_supervised,
+                    "query batcher",
+                    engine._batcher.run,
+                    config.restarts,
+                    hub.publish,
+                )
+                nursery.start_soon(engine._warm_up, embedder)
+            if config.warmup.wait:
+                await engine.ready()
+            try:
+                yield engine
+            except BaseException as exc:
+                body_error = exc
+                raise
+            finally:
+                nursery.cancel_scope.cancel("engine shutdown")
+                if engine._batcher is not None:
+                    engine._batcher.close()
+                hub.close()
+    except BaseExceptionGroup as group:
+        # The nursery is an internal detail: callers see their own error, or EngineCrashed.
+        crashed = group.subgroup(EngineCrashed)
+        if crashed is not None:
+            raise EngineCrashed(str(crashed.exceptions[0])) from group
+        if body_error is not None and group.exceptions == (body_error,):
+            raise body_error from None
+        raise

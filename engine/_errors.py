@@ -7,7 +7,8 @@
      ├── ConfigError(ValueError)     an option is out of range or names an unknown tool
      ├── EmbedderError               an embedder could not produce vectors
      │    └── ModelIntegrityError    a model or tokenizer file does not match its pinned sha256
-     └── ProviderError               a remote provider failed (HTTP status, timeout, garbage)
+     ├── ProviderError               a remote provider failed (HTTP status, timeout, garbage)
+     └── EngineCrashed               a runtime service kept failing past its restart budget
 
 Expected degradation (an embedder that failed during selection, say) is not an
 exception: it is reported as a value, ``Selection.outcome``.
@@ -48,3 +49,7 @@ class ProviderError(ToolrouteError):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+
+
+class EngineCrashed(ToolrouteError):
+    """A runtime service kept crashing past its restart budget; the engine has stopped."""

@@ -11,6 +11,7 @@ import toolroute.providers
 PUBLIC = {
     "CacheWarning",
     "Engine",
+    "EngineCrashed",
     "EngineConfig",
     "StepSelection",
     "open_engine",
@@ -79,6 +80,7 @@ def test_reader_entry_points_exist() -> None:
 
 def test_errors_share_one_base_and_config_errors_are_value_errors() -> None:
     for error in (
+        toolroute.EngineCrashed,
         toolroute.CatalogError,
         toolroute.ConfigError,
         toolroute.EmbedderError,

@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="route scripted requests over a bundled catalogue")
     demo.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="(minilm)")
     demo.add_argument("--cache-dir", default=None, help="embedding cache directory")
+    demo.add_argument(
+        "--json", action="store_true", help="stream the agent part's events as JSON lines"
+    )
     demo.set_defaults(run=_run_demo)
     return parser
 
@@ -252,6 +255,10 @@ def _run_demo(args: argparse.Namespace) -> int:
         if wanted:
             print(f"  expected: {', '.join(wanted)} -> {len(hits)}/{len(wanted)} shown\n")
     print(f"{found}/{total} expected tools shown across {len(requests)} requests")
+    print("\nAgent conversation through the trio engine (prepare_step), with its events:")
+    from ._demo_agent import run_agent_demo
+
+    run_agent_demo(catalog, index.embedder, args.cache_dir, args.json)
     return 0
 
 

@@ -185,3 +185,17 @@ def test_demo_runs_twice_second_from_cache(tmp_path: Path) -> None:
     second = subprocess.run(command, capture_output=True, text=True, check=True)
     assert "from the cache" in second.stdout
     assert "expected tools shown" in second.stdout
+
+
+def test_demo_streams_agent_events_as_json_lines(tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["toolroute", "demo", "--embedder", "hashing", "--cache-dir", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    steps = [e for e in events if e["type"] == "step.finished"]
+    assert [s["page"] for s in steps] == [0, 0, 1, 2]
+    assert steps[-1]["tool_ids"] is None  # every tool after two idle steps
+    assert all(s["query"] is None for s in steps)  # requests stay out of events

@@ -41,10 +41,9 @@ class SelectionDefaults:
 class Deadlines:
     """Seconds each operation may take before it returns a fail-open result."""
 
-    #: Embedding one request; past it, recall is keyword-only (``degraded``).
+    #: Embedding one request; past it, recall is keyword-only (``degraded``). It is the only
+    #: wait in ``select``, ``prepare_step`` and ``search_tools``, so it bounds them too.
     embed_s: float = attrs.field(default=0.25, validator=_positive)
-    #: A whole ``select`` or ``prepare_step``; past it, the fallback set (``failed_open``).
-    select_s: float = attrs.field(default=0.5, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)

@@ -42,15 +42,30 @@ def tokenize(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
     """Lower-cased word tokens of ``text`` with identifiers split and stopwords removed."""
     tokens: list[str] = []
     for word in _WORD.findall(text):
-        for piece in _PIECES.findall(word) if _UNSPACED.search(word) else (word,):
-            if _UNSPACED.match(piece):
-                tokens.append(piece)
-                continue
-            for part in _CAMEL.split(piece) if not piece.islower() else (piece,):
-                token = _normal(part)
-                if token and token not in stopwords:
-                    tokens.append(token)
+        if stopwords is STOPWORDS:
+            tokens.extend(_word_tokens(word))  # words repeat: the common case is cached
+        else:
+            tokens.extend(t for t in _split_word(word) if t not in stopwords)
     return tokens
+
+
+@lru_cache(maxsize=65536)
+def _word_tokens(word: str) -> tuple[str, ...]:
+    return tuple(t for t in _split_word(word) if t not in STOPWORDS)
+
+
+def _split_word(word: str) -> list[str]:
+    """One run of letters and digits -> normalised parts (CJK characters stand alone)."""
+    parts: list[str] = []
+    for piece in _PIECES.findall(word) if _UNSPACED.search(word) else (word,):
+        if _UNSPACED.match(piece):
+            parts.append(piece)
+            continue
+        for part in _CAMEL.split(piece) if not piece.islower() else (piece,):
+            token = _normal(part)
+            if token:
+                parts.append(token)
+    return parts
 
 
 @lru_cache(maxsize=65536)

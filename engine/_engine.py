@@ -183,8 +183,17 @@ class Engine:
         The request is extracted from the conversation (``toolroute._conversation``). After
         one step in which the model called no tool the next page of ranked tools is shown;
         after two, every tool (at most ``selection.all_tools_ceiling``, best first). A step
-        with a tool call starts again from the first page.
+        with a tool call starts again from the first page. Steps of one session run one at a
+        time, in arrival order.
         """
+        if session is None:
+            return await self._step(messages, None)
+        async with self._sessions.get(session).lock:
+            return await self._step(messages, session)
+
+    async def _step(
+        self, messages: Sequence[Mapping[str, Any]], session: str | None
+    ) -> StepSelection:
         started = time.perf_counter()
         defaults = self.config.selection
         query = extract_query(messages)

@@ -7,6 +7,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import attrs
+import trio
 
 from ._errors import ConfigError
 
@@ -19,11 +20,14 @@ class SessionState:
         idle_steps: consecutive steps in which the model called no tool (paging escalation).
         activated: tools the agent found through ``search_tools``; shown on its next step.
         last_seen: clock time of the last use (for idle expiry).
+        lock: held by a runtime while it serves one step, so steps apply in arrival order
+            (``trio.Lock`` is FIFO).
     """
 
     idle_steps: int = 0
     activated: tuple[str, ...] = ()
     last_seen: float = 0.0
+    lock: trio.Lock = attrs.field(factory=trio.Lock, eq=False, repr=False)
 
 
 class SessionStore:

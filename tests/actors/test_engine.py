@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -368,3 +369,31 @@ def test_search_tools_definitions_read_back_as_catalogues() -> None:
     assert mcp["search_tools"].annotations["readOnlyHint"] is True
     with pytest.raises(ConfigError, match="unknown tool format"):
         search_tools_definition("cohere")
+
+
+async def test_steps_of_one_session_apply_in_arrival_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    running: dict[str | None, int] = {}
+    most: dict[str | None, int] = {}
+    order: list[str] = []
+
+    async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+
+        async def slow_step(messages: Any, session: str | None) -> Any:
+            running[session] = running.get(session, 0) + 1
+            most[session] = max(most.get(session, 0), running[session])
+            await trio.sleep(0.1)
+            order.append(messages[0]["content"])
+            running[session] -= 1
+
+        engine._step = slow_step  # type: ignore[method-assign]
+        async with trio.open_nursery() as nursery:
+            for text in ("one", "two", "three"):
+                step = functools.partial(engine.prepare_step, session="s")
+                nursery.start_soon(step, [{"role": "user", "content": text}])
+                await trio.sleep(0.01)
+            other = functools.partial(engine.prepare_step, session="t")
+            nursery.start_soon(other, [{"role": "user", "content": "x"}])
+    assert most["s"] == 1  # one step of a session at a time
+    assert [t for t in order if t != "x"] == ["one", "two", "three"]

@@ -14,7 +14,7 @@ import re
 import time
 from importlib import metadata
 
-from . import PeerResult, PeerUnavailable
+from . import PeerResult, PeerUnavailable, time_queries
 
 TOKEN_PATTERN = r"[a-z0-9]+"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -72,14 +72,7 @@ def run(tools: list[dict], queries: list[str], k: int) -> PeerResult:
         docs, _scores = retriever.retrieve([q], k=k_eff, show_progress=False, n_threads=1)
         return [names[int(i)] for i in docs[0]]
 
-    for query in queries[:WARMUP]:
-        one(query)
-    rankings: list[list[str]] = []
-    latencies: list[float] = []
-    for query in queries:
-        t0 = time.perf_counter()
-        rankings.append(one(query))
-        latencies.append((time.perf_counter() - t0) * 1000.0)
+    rankings, latencies = time_queries(one, queries, WARMUP)
 
     how = (
         f"bm25s {version} BM25(k1=1.5, b=0.75, method='lucene'); tool text = name (server prefix "

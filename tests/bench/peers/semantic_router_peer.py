@@ -30,7 +30,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from . import PeerResult, PeerUnavailable
+from . import PeerResult, PeerUnavailable, time_queries
 
 WARMUP = 10
 
@@ -162,14 +162,7 @@ def _run(
         picks = router(query, limit=k_eff)
         return [p.name for p in picks if p.name is not None]
 
-    for query in queries[:WARMUP]:
-        one(query)
-    rankings: list[list[str]] = []
-    latencies: list[float] = []
-    for query in queries:
-        t0 = time.perf_counter()
-        rankings.append(one(query))
-        latencies.append((time.perf_counter() - t0) * 1000.0)
+    rankings, latencies = time_queries(one, queries, WARMUP)
 
     short = sum(len(r) < k_eff for r in rankings)
     mode = (

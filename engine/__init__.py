@@ -6,6 +6,8 @@ from ._catalog import Catalog as Catalog
 from ._catalog import Server as Server
 from ._catalog import Tool as Tool
 from ._config import EngineConfig as EngineConfig
+from ._dedup import DedupResult as DedupResult
+from ._dedup import dedupe_tools as dedupe_tools
 from ._engine import Engine as Engine
 from ._engine import StepSelection as StepSelection
 from ._engine import open_engine as open_engine

@@ -10,6 +10,8 @@ import toolroute.providers
 
 PUBLIC = {
     "CacheWarning",
+    "DedupResult",
+    "dedupe_tools",
     "Engine",
     "EngineCrashed",
     "EngineConfig",

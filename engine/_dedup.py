@@ -18,18 +18,24 @@ import math
 import re
 import types
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+import numpy as np
+import numpy.typing as npt
 
 from ._catalog import Catalog, Tool
 from ._errors import ConfigError
+from ._text import embedding_text
+
+if TYPE_CHECKING:
+    from .providers import Embedder
 
 __all__ = ["DedupResult", "Removed", "dedupe_tools", "signature", "signature_tokens"]
 
-DedupMode = Literal["signature", "content"]
-MODES: tuple[str, ...] = ("signature", "content")
+DedupMode = Literal["signature", "content", "embedding"]
+MODES: tuple[str, ...] = ("signature", "content", "embedding")
 DEFAULT_THRESHOLD = 0.9
 #: At and above this threshold the exact join runs; below it, the all-pairs pass.
 JOIN_MIN_THRESHOLD = 0.5
@@ -118,6 +124,7 @@ def dedupe_tools(
     enabled: bool = True,
     threshold: float | None = DEFAULT_THRESHOLD,
     mode: DedupMode = "signature",
+    embedder: Embedder | None = None,
 ) -> DedupResult:
     """Drop tools that are near-duplicates of an earlier kept tool.
 
@@ -129,15 +136,17 @@ def dedupe_tools(
             clamped to [0, 1]. ``None`` means the default 0.9; NaN collapses nothing. The default
             rarely fires on short descriptions: tools that differ only in name share n tokens of
             n + 2, so use 0.5–0.7 or ``mode="content"`` for those.
-        mode: ``"signature"`` (NeuroLink's, includes the name) or ``"content"`` (description and
-            schema, without the name).
+        mode: ``"signature"`` (NeuroLink's, includes the name), ``"content"`` (description and
+            schema, without the name) or ``"embedding"`` (cosine of the tools' embedding texts;
+            ``threshold`` is then on the embedder's cosine scale).
+        embedder: the ``Embedder`` for ``mode="embedding"``.
 
     Returns:
         A ``DedupResult``. Kept tools stay in input order; a ``Catalog`` comes back as a
         ``Catalog`` keeping its server descriptions, any other input as a tuple.
 
     Raises:
-        ConfigError: ``mode`` is not one of ``"signature"`` and ``"content"``.
+        ConfigError: an unknown ``mode``, or ``"embedding"`` without an embedder.
 
     Error handling:
         Fail-open, as upstream: any exception while deduplicating (a malformed tool, a schema
@@ -146,27 +155,46 @@ def dedupe_tools(
     """
     if mode not in MODES:
         raise ConfigError(f"dedup mode must be one of {MODES}, got {mode!r}")
+    if mode == "embedding" and embedder is None:
+        raise ConfigError('dedup mode "embedding" needs an embedder')
     if not enabled:
         return DedupResult(tools)
     try:
-        return _dedupe(tools, threshold, mode)
+        return _dedupe(tools, threshold, mode, embedder)
     except Exception:
         return DedupResult(tools)
 
 
 def _dedupe(
-    original: Catalog | Sequence[Tool], threshold: float | None, mode: DedupMode
+    original: Catalog | Sequence[Tool],
+    threshold: float | None,
+    mode: DedupMode,
+    embedder: Embedder | None = None,
 ) -> DedupResult:
     entries: tuple[Tool, ...] = original.tools if isinstance(original, Catalog) else tuple(original)
     t = DEFAULT_THRESHOLD if threshold is None else float(threshold)
     if math.isnan(t) or len(entries) < 2:
         return _unchanged(original, entries)
     t = min(1.0, max(0.0, t))
-    token_sets = [signature_tokens(tool, mode=mode) for tool in entries]
-    if t >= JOIN_MIN_THRESHOLD:
-        leader_of = _leaders_join(token_sets, t)
+    similarity: Callable[[int, int], float]
+    if mode == "embedding":
+        assert embedder is not None
+        vectors = np.asarray(embedder.embed([embedding_text(tool) for tool in entries]), np.float32)
+        leader_of = _leaders_by_cosine(vectors, t)
+
+        def similarity(i: int, j: int) -> float:
+            return float(vectors[i] @ vectors[j])
+
     else:
-        leader_of = _leaders_naive(token_sets, t)
+        token_sets = [signature_tokens(tool, mode=mode) for tool in entries]
+        if t >= JOIN_MIN_THRESHOLD:
+            leader_of = _leaders_join(token_sets, t)
+        else:
+            leader_of = _leaders_naive(token_sets, t)
+
+        def similarity(i: int, j: int) -> float:
+            return jaccard(token_sets[i], token_sets[j])
+
     if all(leader is None for leader in leader_of):
         return _unchanged(original, entries)
 
@@ -178,8 +206,7 @@ def _dedupe(
             kept.append(tool)
             continue
         head = entries[leader]
-        similarity = jaccard(token_sets[index], token_sets[leader])
-        removed.append(Removed(tool.id, head.id, similarity))
+        removed.append(Removed(tool.id, head.id, similarity(index, leader)))
         providers.setdefault(head.id, [head.id]).append(tool.id)
     result_tools: Catalog | tuple[Tool, ...]
     if isinstance(original, Catalog):
@@ -285,3 +312,25 @@ def _prefix_length(size: int, t: float) -> int:
     # ceil(t·size) with slack, so float error can only lengthen the prefix, never shorten it.
     overlap = max(1, math.ceil(t * size - _SLACK))
     return size - overlap + 1
+
+
+def _leaders_by_cosine(vectors: npt.NDArray[np.float32], t: float) -> list[int | None]:
+    """Greedy leaders by cosine: each tool joins the earliest kept tool with cosine >= t.
+
+    Similarities are computed in blocks of rows against all earlier rows, so memory stays
+    bounded (block x n) while numpy does the arithmetic.
+    """
+    n = len(vectors)
+    leader_of: list[int | None] = [None] * n
+    for start in range(0, n, _BLOCK):
+        stop = min(n, start + _BLOCK)
+        block = vectors[start:stop] @ vectors[:stop].T
+        for row, i in enumerate(range(start, stop)):
+            for j in np.flatnonzero(block[row, :i] >= t - _SLACK).tolist():
+                if leader_of[j] is None:  # only kept tools lead: no chaining
+                    leader_of[i] = j
+                    break
+    return leader_of
+
+
+_BLOCK = 512

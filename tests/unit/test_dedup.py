@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -332,3 +332,54 @@ def test_threshold_one_removes_only_identical_signatures(tools: list[Tool]) -> N
     for record in dedupe_tools(tools, threshold=1.0).removed:
         original, leader = by_id[record.name], by_id[record.duplicate_of]
         assert signature_tokens(original) == signature_tokens(leader)
+
+
+class _FixedEmbedder:
+    """Unit vectors chosen per text, to state cosine similarities exactly."""
+
+    identity, dim, max_batch = "fixed", 2, 8
+
+    def __init__(self, vectors: dict[str, tuple[float, float]]) -> None:
+        self.vectors = vectors
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        rows = np.array([self.vectors[t.split(":")[0]] for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def _named(*names: str) -> list[Tool]:
+    return [Tool(n, n, "") for n in names]
+
+
+def test_embedding_mode_collapses_by_cosine_without_chaining() -> None:
+    import math as m
+
+    angle = m.radians(20)  # cos 20° = 0.94: a~b and b~c, but a and c are 40° apart (0.77)
+    embedder = _FixedEmbedder(
+        {"a": (1, 0), "b": (m.cos(angle), m.sin(angle)), "c": (m.cos(2 * angle), m.sin(2 * angle))}
+    )
+    result = dedupe_tools(_named("a", "b", "c"), mode="embedding", embedder=embedder, threshold=0.9)
+    assert [t.id for t in result.tools] == ["a", "c"]
+    assert result.removed[0].name == "b"
+    assert result.removed[0].duplicate_of == "a"
+    assert abs(result.removed[0].similarity - m.cos(angle)) < 1e-5
+
+
+def test_embedding_mode_needs_an_embedder() -> None:
+    with pytest.raises(ConfigError, match="embedder"):
+        dedupe_tools(_named("a", "b"), mode="embedding")
+
+
+def test_embedding_mode_fails_open_when_the_embedder_fails() -> None:
+    class Broken:
+        identity, dim, max_batch = "broken", 2, 8
+
+        def embed(self, texts: Sequence[str]) -> Any:
+            raise RuntimeError("model down")
+
+    tools = _named("a", "b")
+    result = dedupe_tools(tools, mode="embedding", embedder=Broken())  # type: ignore[arg-type]
+    assert result.tools is tools
+    assert result.removed == ()

@@ -29,3 +29,4 @@ from ._search_tool import search_tools_definition as search_tools_definition
 from ._selection import Ranking as Ranking
 from ._selection import Selection as Selection
 from ._text import tokenize as tokenize
+from ._toolsets import ToolSet as ToolSet

@@ -158,7 +158,8 @@ class Engine:
         policy = policy or self._policy(options)
         index = self._index
         policy.check_ids(index.catalog)
-        ranking = await self._rank(index, query, max(policy.max_tools, 1), strategy)
+        wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
+        ranking = await self._rank(index, query, wanted, strategy)
         selection = select(ranking, policy, started)
         self._hub.publish(
             SelectionFinished(

@@ -20,6 +20,7 @@ from ._outcome import Outcome
 from ._policy import Policy, select
 from ._selection import Ranking, Selection
 from ._text import embedding_text, keyword_document, split_identifier, tokenize
+from ._toolsets import ToolSet
 from ._vectors import VectorIndex, top_k
 
 if TYPE_CHECKING:
@@ -241,6 +242,8 @@ class ToolIndex:
         always_active: Sequence[str] = (),
         related: Mapping[str, Sequence[str]] | None = None,
         max_related: int = 5,
+        tool_sets: Sequence[ToolSet] = (),
+        forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
     ) -> Selection:
         """The tools to show the model for ``query``.
@@ -269,11 +272,15 @@ class ToolIndex:
                     always_active=always_active,
                     related=related or {},
                     max_related=max_related,
+                    tool_sets=tool_sets,
+                    forced_sets=forced_sets,
                 )
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"invalid selection option: {exc}") from None
         policy.check_ids(self.catalog)
-        ranking = self.search(query, max(policy.max_tools, 1), strategy=strategy)
+        # Tool sets read the scores of more than the picks: anchors may rank just below them.
+        wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
+        ranking = self.search(query, wanted, strategy=strategy)
         return select(ranking, policy, started)
 
     def _strategy(self, strategy: Strategy | None) -> Strategy:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from ._errors import ConfigError
 from ._outcome import Outcome
 from ._selection import Ranking, Selection
+from ._toolsets import ToolSet, activated_sets, expand_additive
 
 #: toolpick's elbow: cut where one gap is at least this share of the top score's lead.
 GAP_RATIO = 0.4
@@ -32,9 +33,19 @@ def _related_map(value: Mapping[str, Sequence[str]] | None) -> Mapping[str, tupl
     return out
 
 
+def _set_tuple(value: Iterable[ToolSet]) -> tuple[ToolSet, ...]:
+    sets = tuple(value)
+    wrong = [s for s in sets if not isinstance(s, ToolSet)]
+    if wrong:
+        raise ConfigError(f"tool_sets must hold ToolSet objects, got {type(wrong[0]).__name__}")
+    return sets
+
+
 def _id_tuple(value: Sequence[str]) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise ConfigError(f"always_active must be a list of tool ids, got the string {value!r}")
+        raise ConfigError(
+            f"expected a list of ids (always_active, forced_sets), got the string {value!r}"
+        )
     return tuple(dict.fromkeys(value))
 
 
@@ -51,6 +62,8 @@ class Policy:
         always_active: tool ids included in every selection, first.
         related: one-direction expansion, ``{id: [ids shown with it]}``.
         max_related: ceiling on tools added by ``related``.
+        tool_sets: ``ToolSet``s; an activated set's members are added (additive expansion).
+        forced_sets: names of sets active regardless of scores (sticky per session).
     """
 
     max_tools: int = attrs.field(default=5, validator=attrs.validators.ge(0))
@@ -61,6 +74,8 @@ class Policy:
         factory=dict, converter=_related_map, hash=False
     )
     max_related: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    tool_sets: tuple[ToolSet, ...] = attrs.field(default=(), converter=_set_tuple)
+    forced_sets: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
 
     def check_ids(self, known: Mapping[str, object] | Sequence[str] | object) -> None:
         """Raise ``ConfigError`` naming every id the catalogue does not have."""
@@ -75,6 +90,19 @@ class Policy:
                 raise ConfigError(
                     f"related[{key!r}] names tools not in the catalogue: {', '.join(map(repr, missing))}"
                 )
+        for tool_set in self.tool_sets:
+            missing = [i for i in (*tool_set.members, *tool_set.anchors) if i not in known]  # type: ignore[operator]
+            if missing:
+                raise ConfigError(
+                    f"tool set {tool_set.name!r} names tools not in the catalogue: "
+                    f"{', '.join(map(repr, missing))}"
+                )
+        names = {tool_set.name for tool_set in self.tool_sets}
+        unknown_sets = [name for name in self.forced_sets if name not in names]
+        if unknown_sets:
+            raise ConfigError(
+                f"forced_sets names unknown tool sets: {', '.join(map(repr, unknown_sets))}"
+            )
 
 
 @attrs.frozen
@@ -83,7 +111,7 @@ class Pick:
 
     id: str
     score: float | None
-    source: str  # "ranked" | "always_active" | "related"
+    source: str  # "ranked" | "always_active" | "related" | "tool_set"
 
 
 def apply_policy(
@@ -156,6 +184,21 @@ def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
         baseline=ranking.baseline,
         use_threshold=ranking.outcome is Outcome.APPLIED,
     )
+    active: tuple[str, ...] = ()
+    if policy.tool_sets:
+        # Anchor floors are on the embedder's cosine scale: keyword-only scores cannot
+        # activate a set (forced sets still apply).
+        scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
+        if ranking.outcome is not Outcome.APPLIED or ranking.strategy == "keyword":
+            scores = {}
+        active = activated_sets(scores, policy.tool_sets, forced=policy.forced_sets)
+        members = {m for s in policy.tool_sets for m in s.members}
+        have = {p.id for p in picks}
+        for tool_id in expand_additive(
+            [p.id for p in picks], members, scores, policy.tool_sets, forced=policy.forced_sets
+        ):
+            if tool_id not in have:
+                picks.append(Pick(tool_id, scores.get(tool_id), "tool_set"))
     return Selection(
         tool_ids=tuple(p.id for p in picks),
         scores=tuple(p.score for p in picks),
@@ -164,4 +207,5 @@ def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
         reason=ranking.reason,
         latency_ms=(time.perf_counter() - started) * 1000.0,
         sources=tuple(p.source for p in picks),
+        active_sets=active,
     )

@@ -20,7 +20,9 @@ class Selection:
             ``skipped`` (empty request).
         reason: why the outcome is not ``applied``; empty otherwise.
         latency_ms: time spent selecting.
-        sources: per tool, why it is here: ``ranked``, ``always_active`` or ``related``.
+        sources: per tool, why it is here: ``ranked``, ``always_active``, ``related`` or
+            ``tool_set``.
+        active_sets: names of the tool sets that activated (for ``system_prompts``).
     """
 
     tool_ids: tuple[str, ...]
@@ -30,6 +32,7 @@ class Selection:
     reason: str = ""
     latency_ms: float = 0.0
     sources: tuple[str, ...] = ()
+    active_sets: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.tool_ids)

@@ -33,6 +33,7 @@ PUBLIC = {
     "Server",
     "Tool",
     "ToolIndex",
+    "ToolSet",
     "ToolrouteError",
     "evaluate",
     "load_queries",

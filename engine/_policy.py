@@ -41,6 +41,12 @@ def _set_tuple(value: Iterable[ToolSet]) -> tuple[ToolSet, ...]:
     return sets
 
 
+def _set_names(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigError(f"forced_sets must be a list of tool set names, got the string {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
 def _id_tuple(value: Sequence[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         raise ConfigError(
@@ -75,7 +81,7 @@ class Policy:
     )
     max_related: int = attrs.field(default=5, validator=attrs.validators.ge(0))
     tool_sets: tuple[ToolSet, ...] = attrs.field(default=(), converter=_set_tuple)
-    forced_sets: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
+    forced_sets: tuple[str, ...] = attrs.field(default=(), converter=_set_names)
 
     def check_ids(self, known: Mapping[str, object] | Sequence[str] | object) -> None:
         """Raise ``ConfigError`` naming every id the catalogue does not have."""

@@ -49,9 +49,7 @@ def _set_names(value: Sequence[str]) -> tuple[str, ...]:
 
 def _id_tuple(value: Sequence[str]) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise ConfigError(
-            f"expected a list of ids (always_active, forced_sets), got the string {value!r}"
-        )
+        raise ConfigError(f"always_active must be a list of tool ids, got the string {value!r}")
     return tuple(dict.fromkeys(value))
 
 

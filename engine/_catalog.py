@@ -8,10 +8,17 @@ from typing import Any
 
 import attrs
 
-from ._errors import CatalogError
+from ._errors import CatalogError, ConfigError
 
 #: Separator between server and tool name in a qualified tool id (keeps OpenAI's name rule).
 QUALIFIER = "__"
+
+
+def id_tuple(value: Iterable[str], field: str) -> tuple[str, ...]:
+    """A list of ids (or names) as a de-duplicated tuple; a bare string is a mistake."""
+    if isinstance(value, str):
+        raise ConfigError(f"{field} must be a list, not the string {value!r}")
+    return tuple(dict.fromkeys(value))
 
 
 @attrs.frozen

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
+from ._catalog import id_tuple
 from ._errors import ConfigError
 from ._outcome import Outcome
 from ._selection import Ranking, Selection
@@ -41,16 +42,12 @@ def _set_tuple(value: Iterable[ToolSet]) -> tuple[ToolSet, ...]:
     return sets
 
 
-def _set_names(value: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise ConfigError(f"forced_sets must be a list of tool set names, got the string {value!r}")
-    return tuple(dict.fromkeys(value))
-
-
 def _id_tuple(value: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise ConfigError(f"always_active must be a list of tool ids, got the string {value!r}")
-    return tuple(dict.fromkeys(value))
+    return id_tuple(value, "always_active")
+
+
+def _set_names(value: Sequence[str]) -> tuple[str, ...]:
+    return id_tuple(value, "forced_sets")
 
 
 @attrs.frozen(kw_only=True)

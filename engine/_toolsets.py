@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
-from ._errors import ConfigError
+from ._catalog import id_tuple
 
 #: Cosine at which an anchor activates its set (MiniLM int8; 80 % pair precision on dev,
 #: keeping 21 % of the true pairs: an anchor has to be clearly asked for).
@@ -26,10 +26,12 @@ ANCHOR_MIN_SIMILARITY = 0.54
 INDEPENDENT_THRESHOLD = 0.60
 
 
-def _names(value: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise ConfigError(f"expected a list of tool ids, got the string {value!r}")
-    return tuple(dict.fromkeys(value))
+def _members(value: Iterable[str]) -> tuple[str, ...]:
+    return id_tuple(value, "members")
+
+
+def _anchors(value: Iterable[str]) -> tuple[str, ...]:
+    return id_tuple(value, "anchors")
 
 
 @attrs.frozen(kw_only=True)
@@ -46,8 +48,8 @@ class ToolSet:
     """
 
     name: str
-    members: tuple[str, ...] = attrs.field(converter=_names)
-    anchors: tuple[str, ...] = attrs.field(converter=_names)
+    members: tuple[str, ...] = attrs.field(converter=_members)
+    anchors: tuple[str, ...] = attrs.field(converter=_anchors)
     anchor_min_similarity: float = ANCHOR_MIN_SIMILARITY
     system_prompt: str | None = None
 

@@ -102,7 +102,7 @@ def test_default_floor_is_the_measured_one() -> None:
 
 
 def test_a_string_where_a_list_belongs_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="list of tool ids"):
+    with pytest.raises(ConfigError, match="members must be a list"):
         ToolSet(name="s", members="search_web", anchors=["search_web"])
 
 

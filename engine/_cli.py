@@ -239,7 +239,6 @@ def _run_demo(args: argparse.Namespace) -> int:
         embedded.append(total)
         _progress_printer()(done, total)
 
-    args.strategy = None
     index = _build(args, catalog, progress)
     fresh = embedded[0] if embedded else 0
     source = f"embedded {fresh} tools" if fresh else "all tool vectors from the cache"

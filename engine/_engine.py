@@ -8,7 +8,6 @@ thread under a deadline and falls back to keyword-only recall when that is late 
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -37,7 +36,7 @@ from ._events import (
     query_hash,
 )
 from ._hub import EventHub
-from ._index import Strategy, ToolIndex, embed_with_cache
+from ._index import Strategy, ToolIndex, brief, embed_with_cache
 from ._outcome import Outcome
 from ._policy import Policy, select
 from ._search_tool import HINT, read_arguments
@@ -294,11 +293,9 @@ class Engine:
                 )
             return new.with_vectors(embedder, rows)
         except Exception as exc:  # the new catalogue is served keyword-only
-            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            reason = brief(exc)
             self._hub.publish(FailOpen(operation="update", what_failed="embedder", reason=reason))
-            failed = copy.copy(new)
-            failed.degraded_reason = f"embedder failed while indexing: {reason}"
-            return failed
+            return new.without_vectors(f"embedder failed while indexing: {reason}")
 
     async def search_tools(
         self, arguments: object, *, session: str | None = None, k: int = 5
@@ -378,7 +375,7 @@ class Engine:
             try:
                 return await self._batcher.embed(query), ""
             except Exception as exc:  # the request degrades to keyword-only; it never raises
-                reason = f"embedder failed on the query: {type(exc).__name__}: {str(exc)[:200]}"
+                reason = f"embedder failed on the query: {brief(exc)}"
         self._hub.publish(FailOpen(operation="select", what_failed="embedder", reason=reason))
         return None, reason
 
@@ -411,10 +408,8 @@ class Engine:
                     self._index = self._index.with_vectors(embedder, vectors)
             degraded, reason = False, ""
         except Exception as exc:  # warm-up failure leaves the engine keyword-only
-            degraded, reason = True, f"{type(exc).__name__}: {str(exc)[:200]}"
-            failed = copy.copy(self._index)  # snapshots are never changed in place
-            failed.degraded_reason = f"embedder failed while indexing: {reason}"
-            self._index = failed
+            degraded, reason = True, brief(exc)
+            self._index = self._index.without_vectors(f"embedder failed while indexing: {reason}")
             self._hub.publish(FailOpen(operation="warmup", what_failed="embedder", reason=reason))
         embedded = counts[0] if counts else 0
         self._hub.publish(

@@ -109,6 +109,13 @@ class ToolIndex:
             clone.strategy = "combined"
         return clone
 
+    def without_vectors(self, reason: str) -> ToolIndex:
+        """A keyword-only copy whose selections report ``reason`` (snapshots never change)."""
+        clone = copy.copy(self)
+        clone.vectors = None
+        clone.degraded_reason = reason
+        return clone
+
     def _embed_catalog(
         self, embedder: Embedder, cache: EmbeddingCache | None, progress: Progress | None
     ) -> None:
@@ -116,7 +123,7 @@ class ToolIndex:
         try:
             vectors = embed_with_cache(embedder, texts, cache, progress)
         except Exception as exc:  # any embedder failure degrades to keyword-only recall
-            self.degraded_reason = f"embedder failed while indexing: {_brief(exc)}"
+            self.degraded_reason = f"embedder failed while indexing: {brief(exc)}"
             return
         self.vectors = VectorIndex(vectors)
 
@@ -145,7 +152,7 @@ class ToolIndex:
                 ):
                     vectors[i] = vector
             except Exception as exc:  # degrade every query to keyword-only
-                reason = f"embedder failed on the queries: {_brief(exc)}"
+                reason = f"embedder failed on the queries: {brief(exc)}"
         return [
             self._rank(q, k, strategy, v, reason) for q, v in zip(queries, vectors, strict=True)
         ]
@@ -154,7 +161,7 @@ class ToolIndex:
         try:
             return self._query_vectors([query])[0], ""
         except Exception as exc:  # the selection degrades; it never raises
-            return None, f"embedder failed on the query: {_brief(exc)}"
+            return None, f"embedder failed on the query: {brief(exc)}"
 
     def _query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Query vectors, checked: one row per query, the index's width, finite, non-zero."""
@@ -355,6 +362,6 @@ def _check_strategy(strategy: str, *, has_embedder: bool) -> Strategy:
     return strategy  # type: ignore[return-value]
 
 
-def _brief(exc: BaseException) -> str:
+def brief(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text[:200]}"

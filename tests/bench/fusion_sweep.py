@@ -12,6 +12,7 @@ candidates that keep it, take the best overall.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,12 +23,10 @@ from toolroute._text import tokenize, tool_text
 from toolroute.providers import default_embedder
 
 HERE = Path(__file__).resolve().parent
-SETS = {
-    "metatool": "queries.json",
-    "bfcl": "queries.json",
-    "livemcpbench": "queries.json",
-    "toolpick-saas": "keyword_queries.json",
-}
+sys.path.insert(0, str(HERE))
+
+from bench_recall import DATASETS  # noqa: E402  the same query files everywhere
+
 Matrix = np.ndarray
 
 
@@ -91,7 +90,7 @@ def main() -> None:
     parser.add_argument("--datasets", default=str(HERE.parents[2] / "shared" / "datasets"))
     root = Path(parser.parse_args().datasets)
     embedder = default_embedder()
-    for name, query_file in SETS.items():
+    for name, query_file in DATASETS.items():
         catalog = Catalog.from_file(root / name / "tools.json")
         queries = [
             q for q in load_queries(root / name / query_file) if q.split == "dev" and q.groups

@@ -8,6 +8,7 @@
      ├── EmbedderError               an embedder could not produce vectors
      │    └── ModelIntegrityError    a model or tokenizer file does not match its pinned sha256
      ├── ProviderError               a remote provider failed (HTTP status, timeout, garbage)
+ │    └── DecisionError          a decision provider failed; ``kind`` says how
      └── EngineCrashed               a runtime service kept failing past its restart budget
 
 Expected degradation (an embedder that failed during selection, say) is not an
@@ -15,6 +16,8 @@ exception: it is reported as a value, ``Selection.outcome``.
 """
 
 from __future__ import annotations
+
+import enum
 
 
 class ToolrouteError(Exception):
@@ -49,6 +52,41 @@ class ProviderError(ToolrouteError):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+
+
+class DecisionErrorKind(enum.StrEnum):
+    """Why a decision call failed; the same eight kinds for every vendor."""
+
+    AUTHENTICATION = "authentication"
+    INVALID_REQUEST = "invalid_request"
+    MAX_TOKENS_EXCEEDED = "max_tokens_exceeded"
+    RATE_LIMIT = "rate_limit"
+    OVERLOADED = "overloaded"
+    SERVER = "server"
+    TIMEOUT = "timeout"
+    NETWORK = "network"
+
+
+class DecisionError(ProviderError):
+    """A decision provider failed.
+
+    Attributes:
+        kind: one of :class:`DecisionErrorKind`.
+        request_id: the provider's request id, when it sent one.
+    """
+
+    def __init__(
+        self,
+        kind: DecisionErrorKind | str,
+        message: str,
+        *,
+        status: int | None = None,
+        request_id: str | None = None,
+        retryable: bool = False,
+    ):
+        super().__init__(message, status=status, retryable=retryable)
+        self.kind = DecisionErrorKind(kind)
+        self.request_id = request_id
 
 
 class EngineCrashed(ToolrouteError):

@@ -1,8 +1,17 @@
 """Everything in toolroute that talks to a model."""
 
+from ._decision_loop import HttpDecider as HttpDecider
+from ._default_decider import default_decider as default_decider
 from ._hashing import HashingEmbedder as HashingEmbedder
 from ._http import RetryPolicy as RetryPolicy
 from ._minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._minilm import default_embedder as default_embedder
 from ._openai_embeddings import OpenAIEmbedder as OpenAIEmbedder
+from ._protocols import Decider as Decider
 from ._protocols import Embedder as Embedder
+from ._protocols import Generator as Generator
+from ._system_one import ClefDecider as ClefDecider
+from ._system_one import LayaDecider as LayaDecider
+from ._system_one import PerplexityDecider as PerplexityDecider
+from ._system_one import TypeSafeDecider as TypeSafeDecider
+from ._system_one import XorDecider as XorDecider

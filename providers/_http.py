@@ -570,3 +570,143 @@ class JsonClient:
         if len(text) > _EXCERPT_CHARS:
             text = text[:_EXCERPT_CHARS] + "…"
         return repr(text)
+
+
+# --- async: one attempt at a time; retry loops live with their callers -------
+
+#: The async transport a test may hand to :class:`AsyncJsonClient`.
+AsyncTransport = httpx.AsyncBaseTransport
+
+
+@attrs.frozen
+class Reply:
+    """One HTTP response, read whole.
+
+    Attributes:
+        status: the HTTP status.
+        headers: response headers, names lower-cased.
+        body: the body bytes (at most the client's size cap).
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> object:
+        """The decoded body, or ``None`` when it is not JSON."""
+        try:
+            decoded: object = json.loads(self.body)
+        except (ValueError, RecursionError):
+            return None
+        return decoded
+
+    def excerpt(self, secrets: Iterable[str] = ()) -> str:
+        """A short, redacted quote of the body for an error message."""
+        if not self.body:
+            return "an empty body"
+        text = " ".join(redact(self.body.decode("utf-8", errors="replace"), secrets).split())
+        return repr(text[:_EXCERPT_CHARS] + "…" if len(text) > _EXCERPT_CHARS else text)
+
+
+class TransportError(Exception):
+    """No usable response: the connection failed or the body was too large.
+
+    The message is redacted. Timeouts are not raised here: callers bound each
+    attempt with a trio cancel scope and see the cancellation.
+    """
+
+
+class AsyncJsonClient:
+    """POSTs JSON to one provider under trio; one attempt per call, no retries.
+
+    Args:
+        base_url: checked with :func:`check_base_url`.
+        headers: sent with every request; their credential values are redacted.
+        secrets: more values to redact from every message.
+        max_response_bytes: a larger body fails the attempt.
+        transport: an httpx async transport to use instead of the network (tests).
+
+    Deadlines are the caller's: wrap :meth:`post` in ``trio.move_on_after``.
+    The connection pool is owned by this object; :meth:`aclose` releases it.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        secrets: Iterable[str] = (),
+        max_response_bytes: int = 64 * 1024 * 1024,
+        transport: AsyncTransport | None = None,
+    ) -> None:
+        self.base_url = check_base_url(base_url)
+        headers = dict(headers or {})
+        self.secrets = tuple({*secrets, *_header_secrets(headers)} - {""})
+        if max_response_bytes < 1:
+            raise ConfigError(f"max_response_bytes must be positive, got {max_response_bytes!r}")
+        self._max_response_bytes = max_response_bytes
+        parts = urlsplit(self.base_url)
+        #: Safe to quote: check_base_url refused user info and queries.
+        self.label = f"{parts.netloc}{parts.path}"
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={"Accept": "application/json", **headers},
+            transport=transport,
+            follow_redirects=False,
+            trust_env=not _is_loopback(parts.hostname or ""),
+            # The caller's cancel scope is the deadline.
+            timeout=None,
+        )
+
+    def redact(self, text: str) -> str:
+        return redact(text, self.secrets)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def post(
+        self, path: str, payload: object, *, headers: Mapping[str, str] | None = None
+    ) -> Reply:
+        """POST ``payload`` as JSON to ``path`` (relative to the base URL).
+
+        Raises:
+            TransportError: the connection failed, the reply was malformed HTTP,
+                or the body exceeded the size cap.
+            ConfigError: ``path`` is absolute or the payload is not JSON.
+        """
+        if "://" in path or path.startswith("//"):
+            raise ConfigError("path must be relative to the base URL")
+        try:
+            content = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"request body is not JSON: {exc}") from None
+        what = f"POST {self.label}/{path.lstrip('/')}"
+        try:
+            async with self._client.stream(
+                "POST",
+                path.lstrip("/"),
+                content=content,
+                headers={"Content-Type": "application/json", **(headers or {})},
+            ) as response:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > self._max_response_bytes:
+                        raise TransportError(
+                            f"{what}: expected at most {self._max_response_bytes} response"
+                            f" bytes, got more (HTTP {response.status_code})"
+                        )
+                    chunks.append(chunk)
+                return Reply(
+                    response.status_code,
+                    {k.lower(): v for k, v in response.headers.items()},
+                    b"".join(chunks),
+                )
+        except httpx.HTTPError as exc:
+            raise TransportError(
+                self.redact(
+                    f"{what}: expected a response, but the connection failed"
+                    f" ({type(exc).__name__}: {exc})"
+                )
+            ) from None

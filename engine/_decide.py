@@ -113,7 +113,11 @@ async def decide_in_batches(
     reason = "; ".join(errors)
     if scope.cancelled_caught:
         reason = "; ".join(filter(None, [f"deadline of {deadline_s:g} s passed", reason]))
-    return BatchReport(merge_results(done) if done else None, len(chunks), failed, reason)
+    merged = merge_results(done) if done else None
+    if merged is not None and not merged.answers:
+        # Answers that were all malformed tell the caller as little as no answer.
+        merged, reason = None, reason or "no well-formed answers"
+    return BatchReport(merged, len(chunks), failed, reason)
 
 
 async def try_decide(

@@ -2,14 +2,19 @@
 
 from ._decision_loop import HttpDecider as HttpDecider
 from ._default_decider import default_decider as default_decider
+from ._generators import AnthropicGenerator as AnthropicGenerator
+from ._generators import OpenAICompatibleGenerator as OpenAICompatibleGenerator
 from ._hashing import HashingEmbedder as HashingEmbedder
 from ._http import RetryPolicy as RetryPolicy
+from ._logprob import LogprobDecider as LogprobDecider
 from ._minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._minilm import default_embedder as default_embedder
+from ._openai_decisions import OpenAIDecisionsDecider as OpenAIDecisionsDecider
 from ._openai_embeddings import OpenAIEmbedder as OpenAIEmbedder
 from ._protocols import Decider as Decider
 from ._protocols import Embedder as Embedder
 from ._protocols import Generator as Generator
+from ._scaledown import ScaleDownDecider as ScaleDownDecider
 from ._system_one import ClefDecider as ClefDecider
 from ._system_one import LayaDecider as LayaDecider
 from ._system_one import PerplexityDecider as PerplexityDecider

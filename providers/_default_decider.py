@@ -8,6 +8,9 @@ from typing import Any
 
 from .._errors import ConfigError
 from ._decision_loop import HttpDecider
+from ._logprob import LogprobDecider
+from ._openai_decisions import OpenAIDecisionsDecider
+from ._scaledown import ScaleDownDecider
 from ._system_one import ClefDecider, LayaDecider, PerplexityDecider, TypeSafeDecider, XorDecider
 
 Env = Mapping[str, str]
@@ -77,6 +80,33 @@ def _clef(env: Env) -> HttpDecider | None:
     )
 
 
+def _openai_decisions(env: Env) -> HttpDecider | None:
+    key = _get(env, "OPENAI_API_KEY")
+    if not key:
+        return None
+    return OpenAIDecisionsDecider(
+        api_key=key,
+        base_url=_get(env, "OPENAI_DECISIONS_BASE_URL"),
+        model=_get(env, "OPENAI_DECISIONS_MODEL"),
+    )
+
+
+def _scaledown(env: Env) -> HttpDecider | None:
+    key = _get(env, "SCALEDOWN_API_KEY")
+    if not key:
+        return None
+    return ScaleDownDecider(api_key=key, base_url=_get(env, "SCALEDOWN_BASE_URL"))
+
+
+def _logprob(env: Env) -> HttpDecider | None:
+    base, model = _get(env, "TOOLROUTE_LOGPROB_BASE_URL"), _get(env, "TOOLROUTE_LOGPROB_MODEL")
+    if not (base and model):
+        return None
+    return LogprobDecider(
+        model=model, base_url=base, api_key=_get(env, "TOOLROUTE_LOGPROB_API_KEY")
+    )
+
+
 #: Tried in this order when no provider is named. OpenAI Decisions, ScaleDown
 #: and the logprob decider are never picked implicitly: a plain OPENAI_API_KEY
 #: must not start paying for decisions nobody asked for.
@@ -94,6 +124,10 @@ EXPLICIT: dict[str, Callable[[Env], HttpDecider | None]] = {
     "typesafe-ai": _typesafe,
     "perplexity": _perplexity,
     "clef": _clef,
+    # Explicit selection only, never in IMPLICIT.
+    "openai-decisions": _openai_decisions,
+    "scaledown": _scaledown,
+    "logprob": _logprob,
 }
 
 

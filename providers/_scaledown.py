@@ -1,0 +1,412 @@
+"""ScaleDown's classifier, one ``POST /classify`` per question; and the per-question loop.
+
+Only the legacy classifier endpoint is documented (``wire-formats.md`` §8)::
+
+    POST {base}/classify   x-api-key: <key>
+    {"text", "labels": [{"name", "rubric"}]}
+    200 {"top_label", "scores": {label: p}, "labels": [{"label", "score", "rubric"}]}
+
+It answers one question per call, so :class:`PerQuestionDecider` sends one
+call per question (a few at a time) inside the request's single deadline,
+each call through :class:`HttpDecider`'s retrying ``_send``. The logprob
+decider shares that loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import attrs
+import trio
+
+from .._decision import (
+    Answer,
+    BooleanAnswer,
+    BooleanQuestion,
+    ChoiceQuestion,
+    DecisionRequest,
+    DecisionResult,
+    Question,
+    ScoreQuestion,
+    Usage,
+)
+from .._decision_limits import DecisionLimits, check_request
+from .._decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from .._errors import DecisionError
+from ._decision_loop import DECISION_RETRY, HttpDecider, Kind, envelope_message, status_kind
+from ._http import AsyncTransport, Reply, RetryPolicy
+from ._openai_decisions import json_text, state_text
+
+
+@attrs.frozen
+class QuestionReply:
+    """One call's reading: the answer (``None`` when unanswered), usage and model."""
+
+    answer: Answer | None
+    usage: Usage = attrs.field(factory=Usage)
+    model: str | None = None
+
+
+class PerQuestionDecider(HttpDecider):
+    """An :class:`HttpDecider` whose endpoint answers one question per call.
+
+    ``decide`` makes the same local checks as the shared loop (key, auth latch,
+    limits, media, question types) before any network call, then sends one
+    call per question, at most :attr:`concurrency` at once, all inside the one
+    deadline of the request; each call has the shared retries.
+
+    A call that fails stops further calls from starting. An ``authentication``
+    failure is raised at once (and latches). Otherwise, when some questions
+    were answered the result carries those and the rest are unanswered (a
+    warning is logged); when none was, the first failure (in question order)
+    is raised — the batching rule of ``try_decide``, applied per question.
+
+    Subclasses implement :meth:`_check_question`, :meth:`_question_body` and
+    :meth:`_read_reply`.
+    """
+
+    #: Whether a call without an API key is refused locally.
+    requires_key: ClassVar[bool] = True
+    #: Calls in flight at once (NeuroLink runs decision batches four at a time).
+    concurrency: ClassVar[int] = 4
+
+    # -- per-question codec --------------------------------------------------
+
+    def _check_question(self, key: str, question: Question) -> None:
+        """Raise ``invalid_request`` for a question this endpoint cannot answer."""
+
+    def _question_body(self, text: str, question: Question, model: str) -> object:
+        raise NotImplementedError
+
+    def _read_reply(
+        self, payload: object, key: str, question: Question, model: str
+    ) -> QuestionReply:
+        raise NotImplementedError
+
+    def _model_for(self, request: DecisionRequest) -> str:
+        return request.model or self.model
+
+    # -- the loop -------------------------------------------------------------
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        """Answer ``request`` with one call per question.
+
+        Raises:
+            DecisionError: with ``kind`` and ``retryable``; keyless, latched,
+                over-limit and unsupported requests fail before any network call.
+        """
+        if self.requires_key and not self._api_key:
+            raise DecisionError(
+                Kind.AUTHENTICATION,
+                f"{self.vendor} has no API key. Set {self.key_env} or pass api_key=.",
+            )
+        if self._auth_failed:
+            raise DecisionError(
+                Kind.AUTHENTICATION,
+                f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
+                " construct a new provider.",
+            )
+        model = self._model_for(request)
+        state_tokens = check_request(request, self.limits, vendor=self.vendor, model=model)
+        for key, question in request.questions.items():
+            self._check_question(key, question)
+        media = self._prepare(request)
+        text = state_text(request.state, vendor=self.vendor)
+        calls = [
+            (key, question, self._question_body(text, question, model))
+            for key, question in request.questions.items()
+        ]
+        for _key, _question, body in calls:
+            self._check_size(body)
+        timeout = (
+            request.timeout_s
+            or self._timeout_s
+            or self.limits.default_timeout_s(len(calls), state_tokens)
+        )
+        started = trio.current_time()
+        deadline = started + timeout
+        path = self._path(model)
+        replies: dict[int, tuple[QuestionReply, str | None]] = {}
+        failures: list[tuple[int, DecisionError]] = []
+        limiter = trio.CapacityLimiter(self.concurrency)
+
+        async def one(
+            index: int, key: str, question: Question, body: object, scope: trio.CancelScope
+        ) -> None:
+            async with limiter:
+                if failures:
+                    return
+                try:
+                    reply = await self._send(path, body, deadline, timeout)
+                    payload = reply.json()
+                    if payload is None:
+                        raise DecisionError(
+                            Kind.SERVER,
+                            self._client.redact(
+                                f"{self.vendor} answered HTTP {reply.status} with a body that is"
+                                f" not JSON: {reply.excerpt()}"
+                            ),
+                            status=reply.status,
+                            request_id=self._request_id(reply.headers),
+                        )
+                    read = self._read_reply(payload, key, question, model)
+                except DecisionError as exc:
+                    failures.append((index, exc))
+                    if exc.kind is Kind.AUTHENTICATION:
+                        scope.cancel()
+                else:
+                    replies[index] = (read, self._request_id(reply.headers))
+
+        async with trio.open_nursery() as nursery:
+            for index, (key, question, body) in enumerate(calls):
+                nursery.start_soon(one, index, key, question, body, nursery.cancel_scope)
+
+        for _index, error in failures:
+            if error.kind is Kind.AUTHENTICATION:
+                raise error
+        if failures and not replies:
+            raise min(failures, key=lambda failure: failure[0])[1]
+        if failures:
+            unanswered = [calls[i][0] for i in range(len(calls)) if i not in replies]
+            logger.warning(
+                self._client.redact(
+                    f"{self.vendor}: {len(unanswered)} of {len(calls)} questions left unanswered"
+                    f" ({', '.join(map(repr, unanswered))}) after a failed call:"
+                    f" {min(failures, key=lambda failure: failure[0])[1]}"
+                )
+            )
+        answers: dict[str, Answer] = {}
+        usage = Usage()
+        request_ids: list[str] = []
+        resolved: str | None = None
+        for index, (key, _question, _body) in enumerate(calls):
+            if index not in replies:
+                continue
+            read, request_id = replies[index]
+            if read.answer is not None:
+                answers[key] = read.answer
+            usage = usage + read.usage
+            resolved = resolved or read.model
+            if request_id:
+                request_ids.append(request_id)
+        return DecisionResult(
+            model=resolved or model,
+            provider=self.name,
+            answers=answers,
+            usage=usage,
+            request_id=",".join(request_ids) or None,
+            latency_ms=(trio.current_time() - started) * 1000.0,
+            media_bytes=media.media_bytes,
+        )
+
+
+def _strip_v1(url: str) -> str:
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def _rubric(instructions: str, answer: str, description: object) -> str:
+    line = f"Answer: {answer}"
+    if description is not None:
+        line += f" — {json_text(description, vendor=ScaleDownDecider.vendor, what='criteria')}"
+    return f"{instructions}\n{line}"
+
+
+def _scores(payload: object, names: list[str]) -> dict[str, float]:
+    """The score of every label in ``names``, from ``scores`` or else the ``labels`` list."""
+    if not isinstance(payload, Mapping):
+        raise MalformedAnswer(f"expected a classification object, got {payload!r}")
+    raw = payload.get("scores")
+    if not isinstance(raw, Mapping):
+        listed = payload.get("labels")
+        if not isinstance(listed, list):
+            raise MalformedAnswer("the reply has neither a scores map nor a labels list")
+        raw = {
+            entry.get("label"): entry.get("score") for entry in listed if isinstance(entry, Mapping)
+        }
+    scores: dict[str, float] = {}
+    for name in names:
+        value = raw.get(name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0.0 <= value <= 1.0
+        ):
+            raise MalformedAnswer(f"expected a score in [0, 1] for label {name!r}, got {value!r}")
+        scores[name] = float(value)
+    total = math.fsum(scores.values())
+    if total <= 0.0:
+        raise MalformedAnswer("every label scored 0")
+    return {name: value / total for name, value in scores.items()}
+
+
+_SCALEDOWN_KINDS = {
+    401: Kind.AUTHENTICATION,
+    403: Kind.AUTHENTICATION,
+    402: Kind.INVALID_REQUEST,
+    413: Kind.MAX_TOKENS_EXCEEDED,
+    422: Kind.INVALID_REQUEST,
+    429: Kind.RATE_LIMIT,
+    503: Kind.OVERLOADED,
+}
+
+
+class ScaleDownDecider(PerQuestionDecider):
+    """ScaleDown's classifier (``classify-1``), one ``POST /classify`` per question; text only.
+
+    Every question type becomes a classification of the state over labels,
+    each label with a *rubric*. The text is the state alone (compact JSON
+    when it is not a string), so the classifier reads nothing but the state;
+    the question's instructions open every rubric, so they frame each label
+    without favouring one. Each rubric is ``"<instructions>\\nAnswer: <answer>"``,
+    followed by ``" — <description>"`` when there is one (compact JSON when
+    not a string):
+
+    - **choice** → one label per option (``name`` = the option); ``<answer>`` is
+      the option, the description its criterion. ``probabilities`` are the
+      option scores normalised to sum to 1; ``choice`` is the most likely
+      option (the first on a tie), ``confidence`` its probability (the
+      uncalibrated fallback: the endpoint reports none).
+    - **boolean** → labels ``"true"`` (``<answer>`` = ``yes``, described by the
+      ``true`` criterion) and ``"false"`` (``no``, the ``false`` criterion);
+      probability = ``scores["true"] / (scores["true"] + scores["false"])``.
+    - **score** → labels ``"0"`` … ``"n-1"``; ``<answer>`` is ``level i of 0–(n-1)``,
+      described by the level. ``score`` = Σ i·pᵢ over the normalised scores,
+      ``legend`` the level texts (the index for a ``None`` level).
+
+    Scores come from ``scores`` (or, failing that, the ``labels`` list); a
+    missing or non-probability score for any label leaves that question
+    unanswered (logged), as does a total of 0.
+
+    The endpoint takes no model: results name ``classify-1``, and a request
+    naming another model is refused. At most 16 questions per request — each
+    costs its own call — at most 4 calls at once; the default timeout is 5 s
+    + 0.5 s per question. Errors: 401/403 ``authentication`` (latches); 402
+    (budget) and 422 ``invalid_request`` without latching; 413
+    ``max_tokens_exceeded``; 429 ``rate_limit``; 5xx ``server`` (503
+    ``overloaded``).
+
+    Args:
+        api_key: ``SCALEDOWN_API_KEY``, sent as ``x-api-key``.
+        base_url: ``https://api.scaledown.xyz``; a trailing ``/v1`` is dropped.
+    """
+
+    name = "scaledown"
+    vendor = "ScaleDown"
+    default_model = "classify-1"
+    default_base_url = "https://api.scaledown.xyz"
+    key_env = "SCALEDOWN_API_KEY"
+    limits = DecisionLimits(max_questions=16, timeout_s=5.0, per_question_s=0.5)
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout_s: float | None = None,
+        retry: RetryPolicy = DECISION_RETRY,
+        transport: AsyncTransport | None = None,
+        rng: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            timeout_s=timeout_s,
+            retry=retry,
+            transport=transport,
+            rng=rng,
+        )
+
+    @classmethod
+    def _normalise_base_url(cls, url: str) -> str:
+        return _strip_v1(url)
+
+    def _headers(self) -> dict[str, str]:
+        return {"x-api-key": self._api_key} if self._api_key else {}
+
+    def _path(self, model: str) -> str:
+        return "/classify"
+
+    def _model_for(self, request: DecisionRequest) -> str:
+        if request.model is not None and request.model != self.default_model:
+            raise DecisionError(
+                Kind.INVALID_REQUEST,
+                f"{self.vendor}'s /classify endpoint has no model choice; it answers with"
+                f" {self.default_model!r}, not {request.model!r}.",
+            )
+        return self.default_model
+
+    def _question_body(self, text: str, question: Question, model: str) -> object:
+        return {"text": text, "labels": [{"name": n, "rubric": r} for n, r in _labels(question)]}
+
+    def _read_reply(
+        self, payload: object, key: str, question: Question, model: str
+    ) -> QuestionReply:
+        usage = read_usage(payload.get("usage")) if isinstance(payload, Mapping) else Usage()
+        try:
+            answer = _classified(payload, question)
+        except MalformedAnswer as exc:
+            logger.warning(
+                self._client.redact(f"{self.vendor}: dropped the answer to question {key!r}: {exc}")
+            )
+            return QuestionReply(None, usage)
+        return QuestionReply(answer, usage)
+
+    def _error(self, reply: Reply) -> DecisionError:
+        payload = reply.json()
+        message = envelope_message(payload)
+        detail = payload.get("detail") if isinstance(payload, Mapping) else None
+        if isinstance(detail, list):
+            entries = [
+                f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}"
+                for e in detail[:5]
+                if isinstance(e, Mapping)
+            ]
+            message = "Request failed validation — " + "; ".join(entries)
+        return self._make_error(status_kind(reply.status, _SCALEDOWN_KINDS), reply, message)
+
+
+def _level_text(level: object, index: int) -> str:
+    if level is None:
+        return str(index)
+    return json_text(level, vendor=ScaleDownDecider.vendor, what="score levels")
+
+
+def _labels(question: Question) -> list[tuple[str, str]]:
+    """(name, rubric) of every label the question becomes, in order."""
+    text = question.instructions
+    if isinstance(question, BooleanQuestion):
+        return [
+            ("true", _rubric(text, "yes", question.true)),
+            ("false", _rubric(text, "no", question.false)),
+        ]
+    if isinstance(question, ChoiceQuestion):
+        return [(option, _rubric(text, option, d)) for option, d in question.options.items()]
+    top = len(question.levels) - 1
+    return [
+        (str(i), _rubric(text, f"level {i} of 0–{top}", level))
+        for i, level in enumerate(question.levels)
+    ]
+
+
+def _classified(payload: object, question: Question) -> Answer:
+    names = [name for name, _rubric in _labels(question)]
+    probabilities = _scores(payload, names)
+    if isinstance(question, BooleanQuestion):
+        return BooleanAnswer(probabilities["true"])
+    best = max(names, key=lambda name: probabilities[name])  # first on a tie
+    raw: dict[str, Any]
+    if isinstance(question, ChoiceQuestion):
+        raw = {"type": "choice", "choice": best, "probabilities": probabilities}
+    else:
+        assert isinstance(question, ScoreQuestion)
+        raw = {
+            "type": "score",
+            "score": math.fsum(int(name) * p for name, p in probabilities.items()),
+            "legend": {str(i): _level_text(lv, i) for i, lv in enumerate(question.levels)},
+            "probabilities": probabilities,
+        }
+    return read_answer(raw, question)

@@ -48,6 +48,10 @@ from ._evaluate import split_of as split_of
 from ._index import ToolIndex as ToolIndex
 from ._outcome import Outcome as Outcome
 from ._policy import Policy as Policy
+from ._routing import RoutingConfig as RoutingConfig
+from ._routing import RoutingOutcome as RoutingOutcome
+from ._routing import route_servers as route_servers
+from ._routing import routing_query as routing_query
 from ._search_tool import search_tools_definition as search_tools_definition
 from ._selection import Ranking as Ranking
 from ._selection import Selection as Selection

@@ -25,7 +25,8 @@ def _resolve(provider: Decider | None) -> Decider | None:
         return provider
     from .providers import default_decider
 
-    return default_decider()
+    decider: Decider | None = default_decider()
+    return decider
 
 
 async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:

@@ -110,7 +110,7 @@ class HttpDecider:
     """
 
     #: Canonical provider name, used in results and events.
-    name: ClassVar[str]
+    name: str
     #: Human name in messages.
     vendor: ClassVar[str]
     default_model: ClassVar[str]

@@ -139,7 +139,7 @@ class TypeSafeDecider(HttpDecider):
         payload = reply.json()
         if self.route == "gateway":
             error = payload.get("error") if isinstance(payload, Mapping) else None
-            kind = _GATEWAY_KINDS.get(error.get("type")) if isinstance(error, Mapping) else None
+            kind = _GATEWAY_KINDS.get(str(error.get("type"))) if isinstance(error, Mapping) else None
             return self._make_error(
                 kind or status_kind(reply.status, _TYPESAFE_KINDS), reply, envelope_message(payload)
             )

@@ -9,6 +9,10 @@ import toolroute.asyncio
 import toolroute.providers
 
 PUBLIC = {
+    "RoutingConfig",
+    "RoutingOutcome",
+    "route_servers",
+    "routing_query",
     "BooleanAnswer",
     "BooleanGate",
     "BooleanQuestion",

@@ -11,6 +11,7 @@ import cattrs
 from attrs import validators as v
 from cattrs.v import format_exception
 
+from ._dedup import DEFAULT_THRESHOLD, MODES, DedupMode
 from ._errors import ConfigError
 from ._supervisor import RestartPolicy
 
@@ -18,6 +19,21 @@ from ._supervisor import RestartPolicy
 def _positive(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
         raise ConfigError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 0:
+        raise ConfigError(f"{attribute.name} must be at least 0, got {value!r}")
+
+
+def _fraction(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise ConfigError(f"{attribute.name} must be between 0 and 1, got {value!r}")
+
+
+def _dedup_mode(_instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in MODES:
+        raise ConfigError(f"{attribute.name} must be one of {', '.join(MODES)}, got {value!r}")
 
 
 def _at_least_one(_instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -58,6 +74,23 @@ class WarmupConfig:
 class SessionConfig:
     max_sessions: int = attrs.field(default=10_000, validator=_at_least_one)
     idle_s: float = attrs.field(default=3600.0, validator=_positive)
+    #: Steps a tool set stays forced after its anchor activated it, so a follow-up ("now the
+    #: second one") still sees the set's members; 0 turns this off.
+    sticky_steps: int = attrs.field(default=3, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class DedupConfig:
+    """Near-duplicate tools dropped before indexing (``toolroute.dedupe_tools``)."""
+
+    #: Off: every mode merges some sibling tools at thresholds that find twins (README, Dedup).
+    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Similarity at which a tool folds into an earlier kept one: Jaccard of the signatures'
+    #: tokens, or the embedder's cosine for ``embedding``.
+    threshold: float = attrs.field(default=DEFAULT_THRESHOLD, validator=_fraction)
+    #: ``signature`` (name, description, schema), ``content`` (without the name) or
+    #: ``embedding`` (the engine's embedder, before ``open_engine`` returns).
+    mode: DedupMode = attrs.field(default="signature", validator=_dedup_mode)
 
 
 @attrs.frozen(kw_only=True)
@@ -81,6 +114,7 @@ class EngineConfig:
     warmup: WarmupConfig = attrs.field(factory=WarmupConfig)
     sessions: SessionConfig = attrs.field(factory=SessionConfig)
     events: EventConfig = attrs.field(factory=EventConfig)
+    dedup: DedupConfig = attrs.field(factory=DedupConfig)
     restarts: RestartPolicy = attrs.field(factory=RestartPolicy)
     cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     cache: bool = attrs.field(default=True, validator=v.instance_of(bool))
@@ -101,6 +135,18 @@ class EngineConfig:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict_bool(value: Any, _type: Any) -> bool:
+    # cattrs would call bool(), so the string "false" would switch an option on.
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}")
+    return value
+
+
+_converter.register_structure_hook(bool, _strict_bool)
+# The mode's own validator names the choices; cattrs' Literal check would not.
+_converter.register_structure_hook_func(lambda type_: type_ == DedupMode, lambda value, _: value)
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,9 +21,10 @@ import trio
 
 from ._batcher import QueryBatcher
 from ._cache import EmbeddingCache, default_cache_dir
-from ._catalog import Catalog, Tool
+from ._catalog import Catalog, Tool, id_tuple
 from ._config import EngineConfig
 from ._conversation import extract_query, idle_steps
+from ._dedup import DedupResult, dedupe_tools
 from ._errors import ConfigError, EngineCrashed
 from ._events import (
     CatalogUpdated,
@@ -41,9 +42,10 @@ from ._outcome import Outcome
 from ._policy import Policy, select
 from ._search_tool import HINT, read_arguments
 from ._selection import Ranking, Selection
-from ._sessions import SessionStore
+from ._sessions import SessionState, SessionStore
 from ._supervisor import run_supervised
 from ._text import embedding_text
+from ._toolsets import ToolSet, activated_sets, system_prompts
 
 if TYPE_CHECKING:
     from .providers import Embedder
@@ -72,6 +74,8 @@ class StepSelection:
         page: 0 for the best tools, 1 for the next page after a step without a tool call,
             2 for every tool after two such steps.
         outcome: as ``Selection.outcome``; ``skipped`` when the conversation has no text.
+        active_sets: names of the tool sets active on this step (forced, sticky or anchored).
+        system_prompts: the active sets' prompts, to append to the host's system prompt.
     """
 
     tool_ids: tuple[str, ...] | None
@@ -80,6 +84,8 @@ class StepSelection:
     outcome: Outcome
     reason: str = ""
     latency_ms: float = 0.0
+    active_sets: tuple[str, ...] = ()
+    system_prompts: tuple[str, ...] = ()
 
 
 class Engine:
@@ -92,6 +98,9 @@ class Engine:
         embedder: Embedder | None,
         hub: EventHub,
         run_cpu: RunCpu,
+        *,
+        tool_sets: Sequence[ToolSet] = (),
+        dedup: DedupResult | None = None,
     ) -> None:
         self.config = config
         self._embedder = embedder
@@ -99,7 +108,9 @@ class Engine:
         self._run_cpu = run_cpu
         self._cpu = trio.CapacityLimiter(2)
         self._key = new_query_key()  # queries appear in events only as an HMAC
-        self._index = ToolIndex(catalog, embedder=None, cache=None)
+        self._tool_sets = tuple(tool_sets)  # checked by open_engine
+        dedup = dedup or DedupResult(catalog)
+        self._serve(catalog, dedup, ToolIndex(_served(dedup), embedder=None, cache=None))
         self._ready = trio.Event()
         self._updating = trio.Lock()  # one catalogue change at a time
         self._version = 0
@@ -110,13 +121,49 @@ class Engine:
 
     @property
     def catalog(self) -> Catalog:
-        """The current catalogue (it changes with ``update``)."""
-        return self._index.catalog
+        """The current catalogue as given (it changes with ``update``), tools dedup removed
+        included: look a provider up here. ``index.catalog`` holds the tools served."""
+        return self._source
 
     @property
     def index(self) -> ToolIndex:
         """The current snapshot: keyword-only until warm-up finishes."""
         return self._index
+
+    @property
+    def dedup(self) -> DedupResult:
+        """What the last dedup pass kept and removed (nothing removed when it is off)."""
+        return self._dedup
+
+    @property
+    def tool_sets(self) -> tuple[ToolSet, ...]:
+        """The tool sets passed to ``open_engine``."""
+        return self._tool_sets
+
+    def providers_of(self, tool_id: str) -> tuple[str, ...]:
+        """The tools ``tool_id`` stands for: its representative first, then the duplicates dedup
+        folded into it, so a host can call it on the server it prefers (``catalog[id].server``).
+
+        A tool without duplicates stands for itself; a removed id answers for its
+        representative.
+
+        Raises:
+            ConfigError: ``tool_id`` is not in the catalogue.
+        """
+        head = self._representative.get(tool_id, tool_id)
+        if head not in self._index.catalog:
+            raise ConfigError(f"no tool with id {tool_id!r} in the catalogue")
+        return self._dedup.providers.get(head, (head,))
+
+    def release_sets(self, session: str, names: Iterable[str]) -> None:
+        """Stop forcing the tool sets ``names`` on ``session``'s steps (forced or sticky).
+
+        Raises:
+            ConfigError: a name is not one of the engine's tool sets.
+        """
+        released = self._set_names(names, "release_sets")
+        if session in self._sessions:
+            self._sessions.get(session).release(released)
 
     async def ready(self) -> None:
         """Wait until tool embeddings are loaded (or warm-up failed and the engine stays
@@ -154,7 +201,7 @@ class Engine:
         thread finishes on its own and its result is dropped.
         """
         started = time.perf_counter()
-        policy = policy or self._policy(options)
+        policy = self._served_policy(policy or self._policy(options))
         index = self._index
         policy.check_ids(index.catalog)
         wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
@@ -176,7 +223,12 @@ class Engine:
         return selection
 
     async def prepare_step(
-        self, messages: Sequence[Mapping[str, Any]], *, session: str | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        session: str | None = None,
+        force_sets: Iterable[str] = (),
+        release_sets: Iterable[str] = (),
     ) -> StepSelection:
         """The tools to show on the next step of an agent loop.
 
@@ -185,39 +237,89 @@ class Engine:
         after two, every tool (at most ``selection.all_tools_ceiling``, best first). A step
         with a tool call starts again from the first page. Steps of one session run one at a
         time, in arrival order.
+
+        Tool sets (``open_engine(tool_sets=...)``) add their members when an anchor scores at
+        its floor, and then stay forced on the session's next ``sessions.sticky_steps`` steps.
+
+        Args:
+            force_sets: names of tool sets forced from this step on, until released (without
+                a session: on this step only).
+            release_sets: names of tool sets no longer forced nor sticky (applied before
+                ``force_sets``).
+
+        Raises:
+            ConfigError: a set name is not one of the engine's tool sets.
         """
+        force = self._set_names(force_sets, "force_sets")
+        release = self._set_names(release_sets, "release_sets")
         if session is None:
-            return await self._step(messages, None)
+            return await self._step(messages, None, force)
         async with self._sessions.get(session).lock:
+            state = self._sessions.get(session)
+            state.release(release)
+            state.force(force)
             return await self._step(messages, session)
 
     async def _step(
-        self, messages: Sequence[Mapping[str, Any]], session: str | None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        session: str | None,
+        forced: tuple[str, ...] = (),  # a session's forced sets live in its state
     ) -> StepSelection:
         started = time.perf_counter()
         defaults = self.config.selection
         query = extract_query(messages)
         page = min(idle_steps(messages), 2)
         found: tuple[str, ...] = ()  # tools the agent found with search_tools, shown once
+        state: SessionState | None = None
         if session is not None:
             state = self._sessions.get(session)
             state.idle_steps = page
             found, state.activated = state.activated, ()
-        always = defaults.always_active
-        index = self._index
+            forced = state.step_sets()
+        index, sets = self._index, self._sets
+        always = self._served_ids(defaults.always_active)
         if not query.strip():
-            shown = tuple(dict.fromkeys((*always, *found)))
-            step = StepSelection(shown or None, "", page, Outcome.SKIPPED, "no request text")
+            members = (m for s in sets if s.name in forced for m in s.members)
+            shown = tuple(dict.fromkeys((*always, *found, *members)))
+            step = StepSelection(
+                shown or None, "", page, Outcome.SKIPPED, "no request text", active_sets=forced
+            )
         elif page >= 2 and len(index.catalog) <= defaults.all_tools_ceiling:
-            step = StepSelection(None, query, page, Outcome.APPLIED)
+            step = StepSelection(None, query, page, Outcome.APPLIED, active_sets=forced)
         else:
             size = defaults.max_tools
-            wanted = defaults.all_tools_ceiling if page >= 2 else size * (page + 1)
+            start, count = (0, defaults.all_tools_ceiling) if page >= 2 else (page * size, size)
+            # Tool sets read the scores of more than the picks: anchors may rank just below.
+            wanted = count if page >= 2 else start + size * (3 if sets else 1)
             ranking = await self._rank(index, query, wanted, None)
-            picked = ranking.tool_ids if page >= 2 else ranking.tool_ids[page * size :]
-            ids = tuple(dict.fromkeys((*always, *found, *picked)))
-            step = StepSelection(ids, query, page, ranking.outcome, ranking.reason)
-        step = attrs.evolve(step, latency_ms=(time.perf_counter() - started) * 1000.0)
+            anchored = _anchored(ranking, sets)
+            if state is not None:
+                state.remember(anchored, self.config.sessions.sticky_steps)
+            policy = Policy(
+                max_tools=count,
+                adaptive=False,
+                always_active=(*always, *found),
+                tool_sets=sets,
+                forced_sets=(*forced, *anchored),
+            )
+            this_page = attrs.evolve(
+                ranking, tool_ids=ranking.tool_ids[start:], scores=ranking.scores[start:]
+            )
+            chosen = select(this_page, policy, started)
+            step = StepSelection(
+                chosen.tool_ids,
+                query,
+                page,
+                ranking.outcome,
+                ranking.reason,
+                active_sets=chosen.active_sets,
+            )
+        step = attrs.evolve(
+            step,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            system_prompts=tuple(system_prompts(sets, step.active_sets)),
+        )
         self._hub.publish(
             StepFinished(
                 session=session,
@@ -252,15 +354,18 @@ class Engine:
         """
         async with self._updating:
             old = self._index
-            catalog = updated_catalog(old.catalog, add=add, remove=remove, replace=replace)
+            catalog = updated_catalog(self._source, add=add, remove=remove, replace=replace)
+            dedup = await self._deduplicate(catalog, "update")
             new = await self._run_cpu(
-                functools.partial(ToolIndex, embedder=None, cache=None), catalog, limiter=self._cpu
+                functools.partial(ToolIndex, embedder=None, cache=None),
+                _served(dedup),
+                limiter=self._cpu,
             )
             if self._embedder is not None:
                 # During warm-up this embeds the whole catalogue (the disk cache absorbs the
                 # repeat); warm-up then sees the catalogue changed and drops its stale vectors.
                 new = await self._with_vectors(new, old, self._embedder)
-            self._index = new
+            self._serve(catalog, dedup, new)
             self._version += 1
             self._hub.publish(
                 CatalogUpdated(
@@ -330,6 +435,59 @@ class Engine:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _serve(self, source: Catalog, dedup: DedupResult, index: ToolIndex) -> None:
+        """Swap in a new snapshot; no await, so readers never see a mix."""
+        self._source, self._dedup, self._index = source, dedup, index
+        self._representative = {removed.name: removed.duplicate_of for removed in dedup.removed}
+        # The sets as served: a removed member stands for its representative; a member an
+        # update removed is dropped.
+        self._sets = tuple(self._served_set(s, index.catalog) for s in self._tool_sets)
+
+    def _served_ids(self, ids: Iterable[str]) -> tuple[str, ...]:
+        """``ids`` with every tool dedup removed replaced by its representative."""
+        return tuple(dict.fromkeys(self._representative.get(i, i) for i in ids))
+
+    def _served_set(self, tool_set: ToolSet, catalog: Catalog | None = None) -> ToolSet:
+        def ids(values: tuple[str, ...]) -> tuple[str, ...]:
+            served = self._served_ids(values)
+            return served if catalog is None else tuple(i for i in served if i in catalog)
+
+        return attrs.evolve(tool_set, members=ids(tool_set.members), anchors=ids(tool_set.anchors))
+
+    def _served_policy(self, policy: Policy) -> Policy:
+        """``policy`` naming representatives instead of removed tools (which cannot be shown)."""
+        if not self._representative:
+            return policy
+        related: dict[str, tuple[str, ...]] = {}
+        for key, targets in policy.related.items():
+            head = self._representative.get(key, key)
+            related[head] = self._served_ids((*related.get(head, ()), *targets))
+        return attrs.evolve(
+            policy,
+            always_active=self._served_ids(policy.always_active),
+            related=related,
+            tool_sets=[self._served_set(s) for s in policy.tool_sets],
+        )
+
+    def _set_names(self, names: Iterable[str], field: str) -> tuple[str, ...]:
+        chosen = id_tuple(names, field)
+        known = [s.name for s in self._tool_sets]
+        unknown = [name for name in chosen if name not in known]
+        if unknown:
+            raise ConfigError(
+                f"{field} names unknown tool sets: {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(map(repr, known)) or 'none'}"
+            )
+        return chosen
+
+    async def _deduplicate(self, catalog: Catalog, operation: str) -> DedupResult:
+        result, failure = await dedupe_catalog(
+            catalog, self.config, self._embedder, self._run_cpu, self._cpu
+        )
+        if failure:
+            self._hub.publish(FailOpen(operation=operation, what_failed="dedup", reason=failure))
+        return result
+
     def _policy(self, options: Mapping[str, Any]) -> Policy:
         defaults = self.config.selection
         merged = {
@@ -337,6 +495,7 @@ class Engine:
             "threshold": defaults.threshold,
             "adaptive": defaults.adaptive,
             "always_active": defaults.always_active,
+            "tool_sets": self._sets,
             **options,
         }
         try:
@@ -382,7 +541,7 @@ class Engine:
     async def _warm_up(self, embedder: Embedder) -> None:
         started = time.perf_counter()
         token = trio.lowlevel.current_trio_token()
-        catalog = self.catalog
+        catalog = self._index.catalog
         texts = [embedding_text(tool) for tool in catalog]
         cache = self._cache()
         counts: list[int] = []
@@ -414,9 +573,9 @@ class Engine:
         embedded = counts[0] if counts else 0
         self._hub.publish(
             WarmupFinished(
-                tools=len(self.catalog),
+                tools=len(catalog),
                 embedded=embedded,
-                from_cache=len(self.catalog) - embedded if not degraded else 0,
+                from_cache=len(catalog) - embedded if not degraded else 0,
                 seconds=time.perf_counter() - started,
                 degraded=degraded,
                 reason=reason,
@@ -425,9 +584,85 @@ class Engine:
         self._ready.set()
 
     def _cache(self) -> EmbeddingCache | None:
-        if not self.config.cache:
-            return None
-        return EmbeddingCache(self.config.cache_dir or default_cache_dir())
+        return _open_cache(self.config)
+
+
+def _open_cache(config: EngineConfig) -> EmbeddingCache | None:
+    if not config.cache:
+        return None
+    return EmbeddingCache(config.cache_dir or default_cache_dir())
+
+
+def _served(dedup: DedupResult) -> Catalog:
+    tools = dedup.tools
+    return tools if isinstance(tools, Catalog) else Catalog(tools)
+
+
+def _checked_sets(tool_sets: Sequence[ToolSet], catalog: Catalog) -> tuple[ToolSet, ...]:
+    """``tool_sets`` checked against ``catalog``: ``ConfigError`` names a bad one."""
+    policy = Policy(tool_sets=tool_sets)  # checks they are ToolSets
+    policy.check_ids(catalog)
+    names = [s.name for s in policy.tool_sets]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"tool set names must be unique: {', '.join(map(repr, twice))}")
+    return policy.tool_sets
+
+
+def _anchored(ranking: Ranking, sets: Sequence[ToolSet]) -> tuple[str, ...]:
+    """Sets an anchor genuinely activates in ``ranking`` (as ``select``: never on keyword-only
+    scores, which are on another scale than the floors)."""
+    if not sets or ranking.outcome is not Outcome.APPLIED or ranking.strategy == "keyword":
+        return ()
+    return activated_sets(dict(zip(ranking.tool_ids, ranking.scores, strict=True)), sets)
+
+
+class _WatchedEmbedder:
+    """The engine's embedder for embedding-mode dedup: through the disk cache (warm-up then
+    finds the vectors there), noting the failure that ``dedupe_tools`` swallows."""
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache | None) -> None:
+        self.inner, self.cache = inner, cache
+        self.identity, self.dim, self.max_batch = inner.identity, inner.dim, inner.max_batch
+        self.failure = ""
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        try:
+            return embed_with_cache(self.inner, texts, self.cache)
+        except Exception as exc:
+            self.failure = brief(exc)
+            raise
+
+
+def _dedupe_sync(
+    catalog: Catalog, config: EngineConfig, embedder: Embedder | None
+) -> tuple[DedupResult, str]:
+    dedup, watched = config.dedup, None
+    if dedup.mode == "embedding":
+        assert embedder is not None  # open_engine refuses the mode without one
+        watched = _WatchedEmbedder(embedder, _open_cache(config))
+    result = dedupe_tools(catalog, threshold=dedup.threshold, mode=dedup.mode, embedder=watched)
+    return result, watched.failure if watched is not None else ""
+
+
+async def dedupe_catalog(
+    catalog: Catalog,
+    config: EngineConfig,
+    embedder: Embedder | None,
+    run_cpu: RunCpu,
+    limiter: trio.CapacityLimiter,
+) -> tuple[DedupResult, str]:
+    """``catalog`` deduplicated as ``config.dedup`` says, off the event loop, and why it fell
+    back to every tool if it failed (fail-open: the original catalogue, nothing removed)."""
+    if not config.dedup.enabled:
+        return DedupResult(catalog), ""
+    try:
+        result: tuple[DedupResult, str] = await run_cpu(
+            _dedupe_sync, catalog, config, embedder, limiter=limiter
+        )
+    except Exception as exc:
+        return DedupResult(catalog), brief(exc)
+    return result
 
 
 def updated_catalog(
@@ -458,6 +693,7 @@ async def open_engine(
     config: EngineConfig | None = None,
     embedder: Embedder | None = _DEFAULT,
     run_cpu: RunCpu = run_in_thread,
+    tool_sets: Sequence[ToolSet] = (),
 ) -> AsyncIterator[Engine]:
     """Run an engine over ``catalog`` for the duration of the block.
 
@@ -467,22 +703,41 @@ async def open_engine(
             keyword-only engine.
         run_cpu: how CPU work runs (``await run_cpu(fn, *args, limiter=...)``); a worker
             thread by default. Tests under a mock clock pass an inline version.
+        tool_sets: ``ToolSet``s used by ``select`` and ``prepare_step`` (see ``prepare_step``
+            for forced and sticky sets).
 
     By default the block starts at once and requests are served keyword-only (``degraded``)
-    until embeddings are ready; ``config.warmup.wait`` makes the start wait instead.
+    until embeddings are ready; ``config.warmup.wait`` makes the start wait instead. With
+    ``config.dedup.enabled`` near-duplicate tools are dropped before indexing (in
+    ``embedding`` mode the catalogue is embedded before the block starts); if dedup fails,
+    every tool is served.
+
+    Raises:
+        ConfigError: a tool set is malformed or names a tool not in ``catalog``, or
+            ``embedding`` dedup is asked of a keyword-only engine.
 
     **Resource handling:** leaving the block cancels warm-up and closes every subscription.
     """
     config = config or EngineConfig()
+    tool_sets = _checked_sets(tool_sets, catalog)
+    if config.dedup.enabled and config.dedup.mode == "embedding" and embedder is None:
+        raise ConfigError('dedup mode "embedding" needs an embedder; this engine has none')
     if embedder is _DEFAULT:
         from .providers import default_embedder
 
         embedder = await trio.to_thread.run_sync(default_embedder)
     hub = EventHub()
+    dedup, failure = await dedupe_catalog(
+        catalog, config, embedder, run_cpu, trio.CapacityLimiter(1)
+    )
+    if failure:
+        hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
     body_error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            engine = Engine(catalog, config, embedder, hub, run_cpu)
+            engine = Engine(
+                catalog, config, embedder, hub, run_cpu, tool_sets=tool_sets, dedup=dedup
+            )
             if embedder is None:
                 engine._ready.set()
             else:

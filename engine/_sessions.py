@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 
 import attrs
 import trio
@@ -19,6 +19,8 @@ class SessionState:
     Attributes:
         idle_steps: consecutive steps in which the model called no tool (paging escalation).
         activated: tools the agent found through ``search_tools``; shown on its next step.
+        forced_sets: tool sets the host forced; forced on every step until released.
+        sticky_sets: tool sets an anchor activated, with the number of steps each stays forced.
         last_seen: clock time of the last use (for idle expiry).
         lock: held by a runtime while it serves one step, so steps apply in arrival order
             (``trio.Lock`` is FIFO).
@@ -26,15 +28,38 @@ class SessionState:
 
     idle_steps: int = 0
     activated: tuple[str, ...] = ()
+    forced_sets: tuple[str, ...] = ()
+    sticky_sets: dict[str, int] = attrs.field(factory=dict)
     last_seen: float = 0.0
     lock: trio.Lock = attrs.field(factory=trio.Lock, eq=False, repr=False)
+
+    def force(self, names: Iterable[str]) -> None:
+        self.forced_sets = tuple(dict.fromkeys((*self.forced_sets, *names)))
+
+    def release(self, names: Collection[str]) -> None:
+        """Stop forcing ``names``, whether the host forced them or an anchor made them sticky."""
+        self.forced_sets = tuple(n for n in self.forced_sets if n not in names)
+        for name in names:
+            self.sticky_sets.pop(name, None)
+
+    def step_sets(self) -> tuple[str, ...]:
+        """The sets forced on this step (the host's, then the sticky ones); each sticky set
+        has one step fewer to go."""
+        carried = tuple(self.sticky_sets)
+        self.sticky_sets = {n: left - 1 for n, left in self.sticky_sets.items() if left > 1}
+        return tuple(dict.fromkeys((*self.forced_sets, *carried)))
+
+    def remember(self, names: Iterable[str], steps: int) -> None:
+        """Keep ``names`` forced for the next ``steps`` steps (0: not at all)."""
+        if steps > 0:
+            self.sticky_sets.update(dict.fromkeys(names, steps))
 
 
 class SessionStore:
     """Least-recently-used sessions, at most ``max_sessions``, dropped after ``idle_s`` unused.
 
-    A dropped session starts again from a fresh state: the worst it costs is one step of
-    paging escalation, never a missing tool.
+    A dropped session starts again from a fresh state: it costs one step of paging escalation
+    and forgets the tool sets the host forced (pass ``force_sets`` again to restore them).
 
     Raises:
         ConfigError: a bound is not positive.

@@ -187,7 +187,11 @@ def test_strict_reader_reads_every_vocabulary_and_fills_confidence() -> None:
     assert read_answer({"type": "noul", "noul": 0.95}, YES) == BooleanAnswer(0.95)
     assert read_answer({"type": "boolean", "probability": 0}, YES) == BooleanAnswer(0.0)
     assert read_answer({"type": "predicate", "probability": 1}, YES) == BooleanAnswer(1.0)
-    choice = {"type": "choice", "choice": "billing", "probabilities": {"billing": 0.8, "sales": 0.2}}
+    choice = {
+        "type": "choice",
+        "choice": "billing",
+        "probabilities": {"billing": 0.8, "sales": 0.2},
+    }
     assert read_answer(choice, TEAM).confidence == 0.8  # max(p) only as the last resort
     assert read_answer(choice, TEAM, confidence=0.3).confidence == 0.3
     assert read_answer({**choice, "confidence": 0.6}, TEAM, confidence=0.3).confidence == 0.6

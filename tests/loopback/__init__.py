@@ -1,0 +1,1 @@
+"""Loopback HTTP servers that speak real vendors' wire formats, for integration tests."""

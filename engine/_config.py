@@ -13,6 +13,7 @@ from cattrs.v import format_exception
 
 from ._dedup import DEFAULT_THRESHOLD, MODES, DedupMode
 from ._errors import ConfigError
+from ._routing import RoutingConfig
 from ._supervisor import RestartPolicy
 
 
@@ -94,6 +95,29 @@ class DedupConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RoutingSessionConfig:
+    """Memory of server routing across one session's turns (needs a session id)."""
+
+    #: Reuse a session's routing for the same query instead of asking again (off, as in
+    #: NeuroLink: a conversation's context can change what the same words need).
+    cache: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Seconds a cached routing stays valid.
+    cache_ttl_s: float = attrs.field(default=60.0, validator=_positive)
+    #: Cached routings kept across all sessions (least recently used dropped first).
+    cache_entries: int = attrs.field(default=256, validator=_at_least_one)
+    #: Routings for which a server the router selected stays kept (0: off; NeuroLink
+    #: uses 3 when stickiness is on), so a follow-up turn keeps the servers in use.
+    sticky_turns: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class DecisionConfig:
+    #: Batches in flight per decision provider, shared by every caller of the engine
+    #: (TypeSafe queues concurrent requests; Perplexity allows 10 requests/s).
+    concurrency: int = attrs.field(default=4, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
 class EventConfig:
     #: Put the raw request text in events (off: only an HMAC with a per-engine random key).
     include_queries: bool = False
@@ -115,6 +139,9 @@ class EngineConfig:
     sessions: SessionConfig = attrs.field(factory=SessionConfig)
     events: EventConfig = attrs.field(factory=EventConfig)
     dedup: DedupConfig = attrs.field(factory=DedupConfig)
+    routing: RoutingConfig = attrs.field(factory=RoutingConfig)
+    routing_session: RoutingSessionConfig = attrs.field(factory=RoutingSessionConfig)
+    decision: DecisionConfig = attrs.field(factory=DecisionConfig)
     restarts: RestartPolicy = attrs.field(factory=RestartPolicy)
     cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     cache: bool = attrs.field(default=True, validator=v.instance_of(bool))

@@ -21,10 +21,12 @@ import trio
 
 from ._batcher import QueryBatcher
 from ._cache import EmbeddingCache, default_cache_dir
-from ._catalog import Catalog, Tool, id_tuple
+from ._catalog import Catalog, Server, Tool, id_tuple
 from ._config import EngineConfig
 from ._conversation import extract_query, idle_steps
+from ._decision import DecisionRequest, DecisionResult
 from ._dedup import DedupResult, dedupe_tools
+from ._engine_decisions import DecisionService, ServerRouter
 from ._errors import ConfigError, EngineCrashed
 from ._events import (
     CatalogUpdated,
@@ -40,6 +42,7 @@ from ._hub import EventHub
 from ._index import Strategy, ToolIndex, brief, embed_with_cache
 from ._outcome import Outcome
 from ._policy import Policy, select
+from ._routing import RoutingOutcome
 from ._search_tool import HINT, read_arguments
 from ._selection import Ranking, Selection
 from ._sessions import SessionState, SessionStore
@@ -48,7 +51,7 @@ from ._text import embedding_text
 from ._toolsets import ToolSet, activated_sets, system_prompts
 
 if TYPE_CHECKING:
-    from .providers import Embedder
+    from .providers import Decider, Embedder, Generator
 
 T = TypeVar("T")
 RunCpu = Callable[..., Awaitable[Any]]
@@ -101,6 +104,8 @@ class Engine:
         *,
         tool_sets: Sequence[ToolSet] = (),
         dedup: DedupResult | None = None,
+        decider: Decider | None = None,
+        generator: Generator | None = None,
     ) -> None:
         self.config = config
         self._embedder = embedder
@@ -117,6 +122,10 @@ class Engine:
         self._batcher: QueryBatcher | None = None
         self._sessions = SessionStore(
             max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
+        )
+        self._decisions = DecisionService(decider, config.decision.concurrency, hub.publish)
+        self._router = ServerRouter(
+            config, self._decisions, generator, lambda: self._embedder, hub.publish, self._key
         )
 
     @property
@@ -401,6 +410,61 @@ class Engine:
             reason = brief(exc)
             self._hub.publish(FailOpen(operation="update", what_failed="embedder", reason=reason))
             return new.without_vectors(f"embedder failed while indexing: {reason}")
+
+    # -- decisions and server routing -----------------------------------------------------------
+
+    @property
+    def decider(self) -> Decider | None:
+        """The decision provider ``decide``, ``try_decide`` and ``route_servers`` use."""
+        return self._decisions.decider
+
+    async def decide(
+        self, request: DecisionRequest, *, provider: Decider | None = None
+    ) -> DecisionResult:
+        """``toolroute.decide`` under the provider's shared concurrency limit.
+
+        Raises:
+            DecisionError: as ``toolroute.decide``; also when the engine has no provider.
+        """
+        return await self._decisions.decide(request, provider)
+
+    async def try_decide(
+        self,
+        request: DecisionRequest,
+        *,
+        provider: Decider | None = None,
+        deadline_s: float | None = None,
+    ) -> DecisionResult | None:
+        """``toolroute.try_decide`` with the engine's provider, its batches sharing the
+        provider's concurrency limit with every other caller; publishes ``decision.finished``.
+        ``None`` means carry on as before (no provider, every batch failed, or late)."""
+        return await self._decisions.try_decide(request, provider, deadline_s)
+
+    async def route_servers(
+        self,
+        query: str | Sequence[Mapping[str, Any]],
+        *,
+        session: str | None = None,
+        servers: Sequence[Server] | Catalog | None = None,
+    ) -> RoutingOutcome:
+        """Which MCP servers the request needs (``toolroute.route_servers``) with the
+        engine's decider, generator and embedder, ``config.routing``, the session's routing
+        cache and sticky servers (``config.routing_session``); publishes
+        ``routing.finished`` (and ``fail_open`` when no judgement could be made).
+
+        Args:
+            query: the request, or the conversation as OpenAI- or Anthropic-style messages.
+            session: the conversation's id; the cache and stickiness need one.
+            servers: the servers to route among; the served catalogue's servers by default.
+
+        Never raises for a provider failure: a failure keeps every server.
+        """
+        candidates = servers if servers is not None else self._index.catalog
+        if session is None:
+            return await self._router.route(query, candidates, session=None, state=None)
+        async with self._sessions.get(session).lock:
+            state = self._sessions.get(session)
+            return await self._router.route(query, candidates, session=session, state=state)
 
     async def search_tools(
         self, arguments: object, *, session: str | None = None, k: int = 5
@@ -694,6 +758,8 @@ async def open_engine(
     embedder: Embedder | None = _DEFAULT,
     run_cpu: RunCpu = run_in_thread,
     tool_sets: Sequence[ToolSet] = (),
+    decider: Decider | None = _DEFAULT,
+    generator: Generator | None = None,
 ) -> AsyncIterator[Engine]:
     """Run an engine over ``catalog`` for the duration of the block.
 
@@ -705,6 +771,10 @@ async def open_engine(
             thread by default. Tests under a mock clock pass an inline version.
         tool_sets: ``ToolSet``s used by ``select`` and ``prepare_step`` (see ``prepare_step``
             for forced and sticky sets).
+        decider: the decision provider for ``decide``, ``try_decide`` and ``route_servers``;
+            by default ``toolroute.providers.default_decider()`` (the environment's, or
+            none: a plain ``OPENAI_API_KEY`` never selects one); ``None`` for none.
+        generator: the chat model for the generative routing fallback; none by default.
 
     By default the block starts at once and requests are served keyword-only (``degraded``)
     until embeddings are ready; ``config.warmup.wait`` makes the start wait instead. With
@@ -713,10 +783,12 @@ async def open_engine(
     every tool is served.
 
     Raises:
-        ConfigError: a tool set is malformed or names a tool not in ``catalog``, or
-            ``embedding`` dedup is asked of a keyword-only engine.
+        ConfigError: a tool set is malformed or names a tool not in ``catalog``,
+            ``embedding`` dedup is asked of a keyword-only engine, or the environment
+            configures a decision provider badly (an http base URL off loopback, say).
 
-    **Resource handling:** leaving the block cancels warm-up and closes every subscription.
+    **Resource handling:** leaving the block cancels warm-up and closes every subscription,
+    and the connections of a decider the engine made itself.
     """
     config = config or EngineConfig()
     tool_sets = _checked_sets(tool_sets, catalog)
@@ -726,6 +798,11 @@ async def open_engine(
         from .providers import default_embedder
 
         embedder = await trio.to_thread.run_sync(default_embedder)
+    owned_decider = decider is _DEFAULT
+    if owned_decider:
+        from .providers import default_decider
+
+        decider = default_decider()
     hub = EventHub()
     dedup, failure = await dedupe_catalog(
         catalog, config, embedder, run_cpu, trio.CapacityLimiter(1)
@@ -736,7 +813,15 @@ async def open_engine(
     try:
         async with trio.open_nursery() as nursery:
             engine = Engine(
-                catalog, config, embedder, hub, run_cpu, tool_sets=tool_sets, dedup=dedup
+                catalog,
+                config,
+                embedder,
+                hub,
+                run_cpu,
+                tool_sets=tool_sets,
+                dedup=dedup,
+                decider=decider,
+                generator=generator,
             )
             if embedder is None:
                 engine._ready.set()
@@ -767,6 +852,9 @@ async def open_engine(
                 if engine._batcher is not None:
                     engine._batcher.close()
                 hub.close()
+                if owned_decider and decider is not None:
+                    with trio.CancelScope(shield=True):
+                        await decider.aclose()  # type: ignore[attr-defined]
     except BaseExceptionGroup as group:
         # The nursery is an internal detail: callers see their own error, or EngineCrashed.
         crashed = group.subgroup(EngineCrashed)

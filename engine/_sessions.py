@@ -21,6 +21,7 @@ class SessionState:
         activated: tools the agent found through ``search_tools``; shown on its next step.
         forced_sets: tool sets the host forced; forced on every step until released.
         sticky_sets: tool sets an anchor activated, with the number of steps each stays forced.
+        sticky_servers: MCP servers routing selected, with the routings each stays kept.
         last_seen: clock time of the last use (for idle expiry).
         lock: held by a runtime while it serves one step, so steps apply in arrival order
             (``trio.Lock`` is FIFO).
@@ -30,6 +31,7 @@ class SessionState:
     activated: tuple[str, ...] = ()
     forced_sets: tuple[str, ...] = ()
     sticky_sets: dict[str, int] = attrs.field(factory=dict)
+    sticky_servers: dict[str, int] = attrs.field(factory=dict)
     last_seen: float = 0.0
     lock: trio.Lock = attrs.field(factory=trio.Lock, eq=False, repr=False)
 
@@ -53,6 +55,13 @@ class SessionState:
         """Keep ``names`` forced for the next ``steps`` steps (0: not at all)."""
         if steps > 0:
             self.sticky_sets.update(dict.fromkeys(names, steps))
+
+    def remember_servers(self, selected: Iterable[str], turns: int) -> None:
+        """One routing happened: sticky servers have a turn fewer to go, and ``selected``
+        stay kept for the next ``turns`` routings (0: not at all)."""
+        self.sticky_servers = {s: left - 1 for s, left in self.sticky_servers.items() if left > 1}
+        if turns > 0:
+            self.sticky_servers.update(dict.fromkeys(selected, turns))
 
 
 class SessionStore:

@@ -24,15 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import outcome
 import trio
 
 from ._catalog import Catalog, Tool
+from ._decision import DecisionRequest, DecisionResult
 from ._engine import Engine, StepSelection
 from ._engine import open_engine as open_trio_engine
+from ._routing import RoutingOutcome
 from ._selection import Selection
 
 T = TypeVar("T")
@@ -139,9 +141,24 @@ class AsyncioEngine:
         return await self._host.call(self.engine.select, query, **options)
 
     async def prepare_step(
-        self, messages: Sequence[Mapping[str, Any]], *, session: str | None = None
+        self, messages: Sequence[Mapping[str, Any]], *, session: str | None = None, **sets: Any
     ) -> StepSelection:
-        return await self._host.call(self.engine.prepare_step, messages, session=session)
+        """As ``Engine.prepare_step``; ``sets`` are ``force_sets`` and ``release_sets``."""
+        return await self._host.call(self.engine.prepare_step, messages, session=session, **sets)
+
+    def release_sets(self, session: str, names: Iterable[str]) -> None:
+        self.engine.release_sets(session, names)
+
+    async def decide(self, request: DecisionRequest, **options: Any) -> DecisionResult:
+        return await self._host.call(self.engine.decide, request, **options)
+
+    async def try_decide(self, request: DecisionRequest, **options: Any) -> DecisionResult | None:
+        return await self._host.call(self.engine.try_decide, request, **options)
+
+    async def route_servers(
+        self, query: str | Sequence[Mapping[str, Any]], **options: Any
+    ) -> RoutingOutcome:
+        return await self._host.call(self.engine.route_servers, query, **options)
 
     async def search_tools(
         self, arguments: object, *, session: str | None = None

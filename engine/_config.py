@@ -58,8 +58,9 @@ class SelectionDefaults:
 class Deadlines:
     """Seconds each operation may take before it returns a fail-open result."""
 
-    #: Embedding one request; past it, recall is keyword-only (``degraded``). It is the only
-    #: wait in ``select``, ``prepare_step`` and ``search_tools``, so it bounds them too.
+    #: Embedding one request; past it, recall is keyword-only (``degraded``). It bounds
+    #: ``select``, ``prepare_step`` and ``search_tools``, plus ``rerank.deadline_s`` in
+    #: ``select`` when re-ranking is on.
     embed_s: float = attrs.field(default=0.25, validator=_positive)
 
 
@@ -118,6 +119,30 @@ class DecisionConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RerankConfig:
+    """Re-ranking of ``select``'s candidates by the engine's generator (toolpick semantics)."""
+
+    #: Off: it costs a chat-model call per request; worth it for slang and vague requests.
+    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Seconds the generator may take; past it the recall order is served (``degraded``).
+    deadline_s: float = attrs.field(default=2.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class EnrichmentConfig:
+    """Synonyms and informal phrasings added to each tool's recall text at warm-up."""
+
+    #: Off: it costs one generator call per ``batch`` tools on a cold cache.
+    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Tools per generator call.
+    batch: int = attrs.field(default=20, validator=_at_least_one)
+    #: Generator calls in flight.
+    concurrency: int = attrs.field(default=2, validator=_at_least_one)
+    #: Seconds one call may take; a late batch keeps its tools' original text.
+    deadline_s: float = attrs.field(default=30.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
 class EventConfig:
     #: Put the raw request text in events (off: only an HMAC with a per-engine random key).
     include_queries: bool = False
@@ -142,6 +167,8 @@ class EngineConfig:
     routing: RoutingConfig = attrs.field(factory=RoutingConfig)
     routing_session: RoutingSessionConfig = attrs.field(factory=RoutingSessionConfig)
     decision: DecisionConfig = attrs.field(factory=DecisionConfig)
+    rerank: RerankConfig = attrs.field(factory=RerankConfig)
+    enrichment: EnrichmentConfig = attrs.field(factory=EnrichmentConfig)
     restarts: RestartPolicy = attrs.field(factory=RestartPolicy)
     cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     cache: bool = attrs.field(default=True, validator=v.instance_of(bool))

@@ -27,6 +27,7 @@ from ._conversation import extract_query, idle_steps
 from ._decision import DecisionRequest, DecisionResult
 from ._dedup import DedupResult, dedupe_tools
 from ._engine_decisions import DecisionService, ServerRouter
+from ._enrich import enrich_tools
 from ._errors import ConfigError, EngineCrashed
 from ._events import (
     CatalogUpdated,
@@ -41,13 +42,13 @@ from ._events import (
 from ._hub import EventHub
 from ._index import Strategy, ToolIndex, brief, embed_with_cache
 from ._outcome import Outcome
-from ._policy import Policy, select
+from ._policy import COSINE_SCALED, Policy, select
+from ._rerank import RERANK_TOOL_LIMIT, rerank, rerank_pool_size, reranked_ranking
 from ._routing import RoutingOutcome
 from ._search_tool import HINT, read_arguments
 from ._selection import Ranking, Selection
 from ._sessions import SessionState, SessionStore
 from ._supervisor import run_supervised
-from ._text import embedding_text
 from ._toolsets import ToolSet, activated_sets, system_prompts
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class Engine:
         self._sessions = SessionStore(
             max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
         )
+        self._generator = generator
         self._decisions = DecisionService(decider, config.decision.concurrency, hub.publish)
         self._router = ServerRouter(
             config, self._decisions, generator, lambda: self._embedder, hub.publish, self._key
@@ -214,7 +216,12 @@ class Engine:
         index = self._index
         policy.check_ids(index.catalog)
         wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
+        rerank = self._generator is not None and self.config.rerank.enabled and query.strip()
+        if rerank:
+            wanted = max(wanted, rerank_pool_size(policy.max_tools, len(index.catalog)))
         ranking = await self._rank(index, query, wanted, strategy)
+        if rerank:
+            ranking, policy = await self._reranked(index, query, ranking, policy)
         selection = select(ranking, policy, started)
         self._hub.publish(
             SelectionFinished(
@@ -230,6 +237,38 @@ class Engine:
             )
         )
         return selection
+
+    async def _reranked(
+        self, index: ToolIndex, query: str, ranking: Ranking, policy: Policy
+    ) -> tuple[Ranking, Policy]:
+        """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
+        assert self._generator is not None
+        ids = ranking.tool_ids
+        if policy.threshold is not None and ranking.outcome is Outcome.APPLIED:
+            # toolpick applies the threshold first; afterwards scores are on another scale.
+            ids = tuple(
+                i for i, s in zip(ids, ranking.scores, strict=True) if s >= policy.threshold
+            )
+        candidates = [index.catalog[i] for i in ids]
+        if len(index.catalog) <= RERANK_TOOL_LIMIT:
+            # A small catalogue is shown whole: the model may find what recall missed.
+            candidates += [t for t in index.catalog if t.id not in set(ids)]
+        result = await rerank(
+            query,
+            candidates,
+            self._generator,
+            limit=policy.max_tools,
+            deadline_s=self.config.rerank.deadline_s,
+        )
+        if result.outcome is Outcome.DEGRADED:
+            self._hub.publish(
+                FailOpen(operation="select", what_failed="reranker", reason=result.reason)
+            )
+        anchored = _anchored(ranking, policy.tool_sets)  # floors read recall's cosine scores
+        policy = attrs.evolve(
+            policy, threshold=None, adaptive=False, forced_sets=(*policy.forced_sets, *anchored)
+        )
+        return reranked_ranking(ranking, result), policy
 
     async def prepare_step(
         self,
@@ -365,8 +404,12 @@ class Engine:
             old = self._index
             catalog = updated_catalog(self._source, add=add, remove=remove, replace=replace)
             dedup = await self._deduplicate(catalog, "update")
+            # Unchanged tools keep their enrichment; added and replaced ones are enriched at
+            # the next warm-up (the disk cache keeps the rest).
+            changed = {t.id for t in (*add, *replace)}
+            extra = {i: t for i, t in old.extra_text.items() if i not in changed}
             new = await self._run_cpu(
-                functools.partial(ToolIndex, embedder=None, cache=None),
+                functools.partial(ToolIndex, embedder=None, cache=None, extra_text=extra),
                 _served(dedup),
                 limiter=self._cpu,
             )
@@ -387,10 +430,10 @@ class Engine:
 
     async def _with_vectors(self, new: ToolIndex, old: ToolIndex, embedder: Embedder) -> ToolIndex:
         """``new`` with vectors: reused from ``old`` where the text is unchanged."""
-        texts = [embedding_text(tool) for tool in new.catalog]
+        texts = new.embedding_texts()
         known: dict[str, int] = {}
         if old.vectors is not None:
-            known = {embedding_text(tool): i for i, tool in enumerate(old.catalog)}
+            known = {text: i for i, text in enumerate(old.embedding_texts())}
         rows = np.zeros((len(texts), int(embedder.dim)), dtype=np.float32)
         missing = [i for i, text in enumerate(texts) if text not in known]
         for i, text in enumerate(texts):
@@ -602,11 +645,51 @@ class Engine:
         self._hub.publish(FailOpen(operation="select", what_failed="embedder", reason=reason))
         return None, reason
 
-    async def _warm_up(self, embedder: Embedder) -> None:
+    async def _enrich(self) -> None:
+        """Add the generator's phrasings to the recall text (``config.enrichment``); tools
+        whose batch failed keep their original text."""
+        settings = self.config.enrichment
+        if not settings.enabled or self._generator is None:
+            return
+        catalog = self._index.catalog
+        result = await enrich_tools(
+            list(catalog),
+            self._generator,
+            cache_dir=(self.config.cache_dir or default_cache_dir()) if self.config.cache else None,
+            batch=settings.batch,
+            deadline_s=settings.deadline_s,
+            concurrency=settings.concurrency,
+        )
+        if result.failed:
+            why = result.reasons[0] if result.reasons else "no phrasings came back"
+            self._hub.publish(
+                FailOpen(
+                    operation="warmup",
+                    what_failed="enrichment",
+                    reason=f"{result.failed} tools keep their original text: {why}",
+                )
+            )
+        if not result.texts:
+            return
+        async with self._updating:
+            if self._index.catalog is catalog and self._index.vectors is None:
+                self._index = await self._run_cpu(
+                    functools.partial(
+                        ToolIndex, embedder=None, cache=None, extra_text=result.texts
+                    ),
+                    catalog,
+                    limiter=self._cpu,
+                )
+
+    async def _warm_up(self, embedder: Embedder | None) -> None:
+        await self._enrich()
+        if embedder is None:
+            self._ready.set()
+            return
         started = time.perf_counter()
         token = trio.lowlevel.current_trio_token()
         catalog = self._index.catalog
-        texts = [embedding_text(tool) for tool in catalog]
+        texts = self._index.embedding_texts()
         cache = self._cache()
         counts: list[int] = []
 
@@ -676,7 +759,7 @@ def _checked_sets(tool_sets: Sequence[ToolSet], catalog: Catalog) -> tuple[ToolS
 def _anchored(ranking: Ranking, sets: Sequence[ToolSet]) -> tuple[str, ...]:
     """Sets an anchor genuinely activates in ``ranking`` (as ``select``: never on keyword-only
     scores, which are on another scale than the floors)."""
-    if not sets or ranking.outcome is not Outcome.APPLIED or ranking.strategy == "keyword":
+    if not sets or ranking.outcome is not Outcome.APPLIED or ranking.strategy not in COSINE_SCALED:
         return ()
     return activated_sets(dict(zip(ranking.tool_ids, ranking.scores, strict=True)), sets)
 
@@ -823,9 +906,7 @@ async def open_engine(
                 decider=decider,
                 generator=generator,
             )
-            if embedder is None:
-                engine._ready.set()
-            else:
+            if embedder is not None:
                 engine._batcher = QueryBatcher(
                     lambda: engine.index._query_vectors,  # the current snapshot's embedding
                     run_cpu,
@@ -839,7 +920,9 @@ async def open_engine(
                     config.restarts,
                     hub.publish,
                 )
-                nursery.start_soon(engine._warm_up, embedder)
+            if embedder is None and not (config.enrichment.enabled and generator is not None):
+                engine._ready.set()  # nothing to warm up
+            nursery.start_soon(engine._warm_up, embedder)
             if config.warmup.wait:
                 await engine.ready()
             try:

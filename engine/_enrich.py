@@ -40,7 +40,7 @@ from ._cache import CacheWarning, _file_lock, _write_atomically
 from ._catalog import Tool
 from ._index import brief
 from ._rerank import one_line, quote_data
-from ._text import embedding_text, keyword_document, tokenize, tool_text
+from ._text import embedding_text, keyword_document, tool_text
 
 if TYPE_CHECKING:
     from .providers import Generator
@@ -217,12 +217,12 @@ def enriched_embedding_texts(tools: Sequence[Tool], extra: Mapping[str, str]) ->
 
     The original text comes first, so it is embedded as before when the model truncates.
     """
-    return [_joined(embedding_text(tool), extra.get(tool.id, ""), ". Also: ") for tool in tools]
+    return [embedding_text(tool, extra.get(tool.id, "")) for tool in tools]
 
 
 def enriched_keyword_documents(tools: Sequence[Tool], extra: Mapping[str, str]) -> list[list[str]]:
     """Each tool's keyword document (``keyword_document``) plus the tokens of its extra text."""
-    return [keyword_document(tool) + tokenize(extra.get(tool.id, "")) for tool in tools]
+    return [keyword_document(tool, extra.get(tool.id, "")) for tool in tools]
 
 
 def _joined(text: str, more: str, separator: str) -> str:

@@ -61,14 +61,17 @@ class ToolIndex:
         cache: EmbeddingCache | str | os.PathLike[str] | object | None = _DEFAULT,
         strategy: Strategy | None = None,
         progress: Progress | None = None,
+        extra_text: Mapping[str, str] | None = None,
     ) -> None:
         started = time.perf_counter()
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
         self.catalog = catalog
         self._ids = catalog.ids
+        #: Recall-only text per tool id (enrichment's phrasings); tools stay as given.
+        self.extra_text: Mapping[str, str] = dict(extra_text or {})
         self.keyword = KeywordIndex(
-            [keyword_document(tool) for tool in catalog],
+            [keyword_document(tool, self.extra_text.get(tool.id, "")) for tool in catalog],
             names=[tokenize(" ".join(split_identifier(tool.name))) for tool in catalog],
         )
         if embedder is _DEFAULT:
@@ -116,10 +119,14 @@ class ToolIndex:
         clone.degraded_reason = reason
         return clone
 
+    def embedding_texts(self) -> list[str]:
+        """What each tool is embedded from, in catalogue order (with its extra text)."""
+        return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
+
     def _embed_catalog(
         self, embedder: Embedder, cache: EmbeddingCache | None, progress: Progress | None
     ) -> None:
-        texts = [embedding_text(tool) for tool in self.catalog]
+        texts = self.embedding_texts()
         try:
             vectors = embed_with_cache(embedder, texts, cache, progress)
         except Exception as exc:  # any embedder failure degrades to keyword-only recall

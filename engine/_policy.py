@@ -173,6 +173,10 @@ def elbow(ranked: Sequence[tuple[str, float]], *, baseline: float = 0.0) -> list
     return list(ranked)
 
 
+#: Strategies whose scores are on the embedder's cosine scale (where anchor floors live).
+COSINE_SCALED = frozenset({"semantic", "combined"})
+
+
 def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
     """Apply ``policy`` to a ranking; ``started`` is the ``perf_counter`` time the call began.
 
@@ -187,10 +191,10 @@ def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
     )
     active: tuple[str, ...] = ()
     if policy.tool_sets:
-        # Anchor floors are on the embedder's cosine scale: keyword-only scores cannot
-        # activate a set (forced sets still apply).
+        # Anchor floors are on the embedder's cosine scale: keyword-only and re-ranked scores
+        # cannot activate a set (forced sets still apply).
         scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
-        if ranking.outcome is not Outcome.APPLIED or ranking.strategy == "keyword":
+        if ranking.outcome is not Outcome.APPLIED or ranking.strategy not in COSINE_SCALED:
             scores = {}
         active = activated_sets(scores, policy.tool_sets, forced=policy.forced_sets)
         members = {m for s in policy.tool_sets for m in s.members}

@@ -88,8 +88,11 @@ async def decide_in_batches(
     results: list[DecisionResult | None] = [None] * len(chunks)
     errors: list[str] = []
 
-    async def run(index: int) -> None:
+    async def run(
+        index: int, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with limiter:
+            task_status.started()
             try:
                 results[index] = await decide(
                     request.with_questions(chunks[index]), provider=provider
@@ -102,7 +105,9 @@ async def decide_in_batches(
         if schedule == "sliding":
             async with trio.open_nursery() as nursery:
                 for index in range(len(chunks)):
-                    nursery.start_soon(run, index)
+                    # ``start`` returns once the batch holds a token: batches go out in
+                    # question order (trio would otherwise start them in either order).
+                    await nursery.start(run, index)
         else:
             width = max(1, int(limiter.total_tokens))
             for start in range(0, len(chunks), width):

@@ -207,11 +207,12 @@ class LogprobDecider(PerQuestionDecider):
                 or math.isnan(logprob)
                 or logprob > 0
             ):
+                # The entry is the server's text: redacted like every other vendor message.
                 logger.warning(
-                    "%s: dropped the answer to question %r: malformed top_logprobs entry %r.",
-                    self.vendor,
-                    key,
-                    entry,
+                    self._client.redact(
+                        f"{self.vendor}: dropped the answer to question {key!r}:"
+                        f" malformed top_logprobs entry {entry!r}."
+                    )
                 )
                 return QuestionReply(None, usage, resolved)
             word = token.strip().lower()

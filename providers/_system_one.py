@@ -101,7 +101,7 @@ class TypeSafeDecider(HttpDecider):
             headers |= {
                 "ai-gateway-auth-method": "api-key",
                 "ai-gateway-protocol-version": "0.0.1",
-                "ai-model-id": "typesafe-ai/jev",
+                "ai-model-id": _GATEWAY_MODEL,
                 "ai-evaluation-model-specification-version": "4",
             }
         return headers
@@ -133,13 +133,19 @@ class TypeSafeDecider(HttpDecider):
             confidences=confidences if isinstance(confidences, Mapping) else None,
             redact=self._client.redact,
         )
-        return Decoded(answers, read_usage(payload.get("usage")), model)
+        # The gateway names no model; the one that answered is the ai-model-id header's.
+        return Decoded(answers, read_usage(payload.get("usage")), _GATEWAY_MODEL)
 
     def _error(self, reply: Reply) -> DecisionError:
         payload = reply.json()
         if self.route == "gateway":
             error = payload.get("error") if isinstance(payload, Mapping) else None
-            kind = _GATEWAY_KINDS.get(str(error.get("type"))) if isinstance(error, Mapping) else None
+            kind = (
+                _GATEWAY_KINDS.get(str(error.get("type"))) if isinstance(error, Mapping) else None
+            )
+            if reply.status == 413:
+                # Too large whatever the (generic) error type says, as on the direct route.
+                kind = Kind.MAX_TOKENS_EXCEEDED
             return self._make_error(
                 kind or status_kind(reply.status, _TYPESAFE_KINDS), reply, envelope_message(payload)
             )
@@ -170,6 +176,9 @@ class TypeSafeDecider(HttpDecider):
     def _request_id(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("x-typesafe-request-id") or headers.get("x-request-id")
 
+
+#: The model the gateway route asks for (the ``ai-model-id`` header) and reports.
+_GATEWAY_MODEL = "typesafe-ai/jev"
 
 _TYPESAFE_KINDS = {
     401: Kind.AUTHENTICATION,
@@ -222,10 +231,18 @@ class LayaDecider(HttpDecider):
         )
 
     def _error(self, reply: Reply) -> DecisionError:
-        return self._make_error(status_kind(reply.status), reply, envelope_message(reply.json()))
+        message = _litellm_message(envelope_message(reply.json()))
+        return self._make_error(status_kind(reply.status), reply, message)
 
     def _request_id(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("x-litellm-call-id")
+
+
+def _litellm_message(message: str | None) -> str | None:
+    """A LiteLLM proxy message without the key it echoes (``Received API Key = …``)."""
+    if message is None:
+        return None
+    return message.split(" Received API Key", 1)[0].strip()
 
 
 _CONTEXT_LENGTH = re.compile(
@@ -257,7 +274,7 @@ class XorDecider(HttpDecider):
         return "/v1/systemone"
 
     def _error(self, reply: Reply) -> DecisionError:
-        message = envelope_message(reply.json())
+        message = _litellm_message(envelope_message(reply.json()))
         if reply.status in (402, 403):
             # LiteLLM team and budget refusals: not the key's fault, so no latch.
             return self._make_error(Kind.INVALID_REQUEST, reply, message)
@@ -385,6 +402,10 @@ _ACCOUNT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLEF_MODEL = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _QUESTION_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 _AI_ERROR = re.compile(r"AiError:\s*(\{.*\})\s*\(([0-9a-fA-F-]{8,})\)", re.DOTALL)
+#: A plain-text AiError (5021 and the like): ``AiError: <text> (<request uuid>)``.
+_AI_ERROR_ID = re.compile(
+    r"AiError:.*\(([0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})\)", re.DOTALL
+)
 
 
 class ClefDecider(HttpDecider):
@@ -462,6 +483,8 @@ class ClefDecider(HttpDecider):
         if nested:
             request_id = nested.group(2)
             message = _flatten_ai_error(nested.group(1)) or message
+        elif plain := _AI_ERROR_ID.search(message or ""):
+            request_id = plain.group(1)
         retryable: bool | None = None
         if reply.status == 413 or code == 5021:
             kind = Kind.MAX_TOKENS_EXCEEDED

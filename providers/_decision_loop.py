@@ -19,7 +19,15 @@ from typing import Any, ClassVar
 import attrs
 import trio
 
-from .._decision import BooleanQuestion, ChoiceQuestion, DecisionRequest, DecisionResult, Question
+from .._decision import (
+    Answer,
+    BooleanQuestion,
+    ChoiceQuestion,
+    DecisionRequest,
+    DecisionResult,
+    Question,
+    Usage,
+)
 from .._decision_limits import DecisionLimits, check_request
 from .._decision_wire import read_answers, read_usage
 from .._errors import ConfigError, DecisionError, DecisionErrorKind
@@ -82,8 +90,8 @@ def envelope_message(payload: object) -> str | None:
 class Decoded:
     """A successful reply, read: answers under the request's ids, usage and model."""
 
-    answers: Mapping[str, Any]
-    usage: Any
+    answers: Mapping[str, Answer]
+    usage: Usage
     model: str
 
 

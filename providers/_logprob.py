@@ -20,7 +20,7 @@ from .._errors import ConfigError, DecisionError
 from ._decision_loop import DECISION_RETRY, Kind
 from ._http import AsyncTransport, Reply, RetryPolicy
 from ._openai_decisions import json_text, openai_error
-from ._scaledown import PerQuestionDecider, QuestionReply
+from ._per_question import PerQuestionDecider, QuestionReply
 
 #: OpenAI's ceiling on ``top_logprobs``.
 MAX_TOP_LOGPROBS = 20

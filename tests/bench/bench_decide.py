@@ -15,9 +15,9 @@ deadline against a vendor that never answers.
    one — at 2.0–2.7 s). The delay is keyed by the batch (the first question id of the request
    body, looked up in the server's request log), not by arrival order, so every run of a seed
    sees the same latency for the same batch. Target: sliding ≤ 0.8 × grouped wall time.
-   The order in which the server received the batches is recorded per run: trio reverses
-   each batch of runnable tasks at random, so the sliding window dispatches 0, 1, … or …, 1, 0
-   (one or the other per run), and its time depends on where the tail batch falls.
+   The order in which the server received the batches is recorded per run: the sliding
+   window dispatches batches in question order (0, 1, …), so its time depends on where the
+   seed's tail batch falls; the "reversed" model column shows the other extreme.
 2. **Routing deadline.** A loopback TypeSafe server that hangs every request, a
    ``TypeSafeDecider`` pointing at it, 8 servers with descriptions, and
    ``RoutingConfig(deadline_s=decision_deadline_s=--deadline-ms, generative=False)``:
@@ -342,11 +342,10 @@ def markdown(
         f" are `decide_in_batches(schedule=...)`: grouped once, sliding {args.repeats} times"
         " per seed (sliding s is their mean); `try_decide` (which slides) once more as a check.",
         "",
-        "Dispatch order (from the order the server received the batches): trio reverses each"
-        " batch of runnable tasks at random, so the sliding window's tasks reach the FIFO"
-        " limiter in order 0, 1, … or in order …, 1, 0, one or the other at random per run."
-        " Grouped runs each group at once, so its order does not change its time; the sliding"
-        " window's time depends on whether the tail batch is dispatched early or late.",
+        "Dispatch order (from the order the server received the batches): the sliding window"
+        " sends batches in question order (f = 0, 1, …), so its time depends on whether the"
+        " seed's tail batch comes early or late; grouped runs each group at once, so order"
+        " does not change its time.",
         "",
         "| seed | tail batch (index: s) | sum of delays s | grouped s | sliding runs s (order)"
         " | sliding s (mean) | sliding ÷ grouped | try_decide s (order)"

@@ -211,3 +211,36 @@ async def test_try_decide_without_provider_is_none(monkeypatch: pytest.MonkeyPat
     assert await try_decide(make_request(3)) is None
     with pytest.raises(DecisionError, match="No decision provider is configured"):
         await decide(make_request(3))
+
+
+@settings(max_examples=EXAMPLES)
+@given(faults=st.lists(st.sampled_from(FAULTS), min_size=1, max_size=3), key=keys)
+def test_no_key_reaches_engine_events(faults: list[str], key: str) -> None:
+    from toolroute import Catalog, Server
+    from toolroute._engine import open_engine
+    from toolroute._events import to_json
+
+    catalog = Catalog.from_mcp_servers(
+        {s: {"tools": [{"name": f"{s}_tool", "description": f"Works with {s}"}]} for s in "abc"}
+    )
+
+    async def main() -> list[str]:
+        decider = LayaDecider(
+            api_key=key, base_url="http://127.0.0.1:1", transport=handler_for(faults, key)
+        )
+        async with (
+            open_engine(catalog, embedder=None, decider=decider) as engine,
+            engine.subscribe(buffer=64) as events,
+        ):
+            await engine.try_decide(make_request(2 * BATCH))
+            await engine.route_servers(f"route this {key}", servers=[Server("a"), Server("b")])
+            seen: list[str] = []
+            while True:
+                with trio.move_on_after(1):  # virtual time: jumps when nothing is left
+                    seen.append(to_json((await events.__anext__()).event))
+                    continue
+                return seen
+
+    seen = run_virtual(main)
+    assert seen  # decision.finished and routing.finished at least
+    assert all(key not in text for text in seen)

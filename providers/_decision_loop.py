@@ -126,6 +126,8 @@ class HttpDecider:
     #: Where the key comes from, for the missing-key message.
     key_env: ClassVar[str]
     limits: DecisionLimits = DecisionLimits()
+    #: The endpoint paths carry ``/v1`` already, so a base URL ending in ``/v1`` loses it.
+    strip_v1: ClassVar[bool] = False
     #: Media types accepted by some provider, for the "does not accept media" message.
     media_hint: ClassVar[str] = "XOR, Perplexity Decisions, Cloudflare Clef, OpenAI Decisions"
 
@@ -160,6 +162,9 @@ class HttpDecider:
 
     @classmethod
     def _normalise_base_url(cls, url: str) -> str:
+        if cls.strip_v1:
+            url = url.rstrip("/")
+            return url.removesuffix("/v1")
         return url
 
     def _headers(self) -> dict[str, str]:
@@ -262,6 +267,24 @@ class HttpDecider:
         )
         started = trio.current_time()
         reply = await self._send(self._path(model), body, started + timeout, timeout)
+        decoded = self._decode(self._payload(reply), request, model)
+        return DecisionResult(
+            model=decoded.model,
+            provider=self.name,
+            answers=decoded.answers,
+            usage=decoded.usage,
+            request_id=self._request_id(reply.headers),
+            latency_ms=(trio.current_time() - started) * 1000.0,
+            upstream_ms=_milliseconds(reply.headers.get("x-envoy-upstream-service-time")),
+            media_bytes=media.media_bytes,
+        )
+
+    def _payload(self, reply: Reply) -> object:
+        """The decoded JSON of a 2xx reply.
+
+        Raises:
+            DecisionError: ``server``, when the body is not JSON.
+        """
         payload = reply.json()
         if payload is None:
             raise DecisionError(
@@ -273,17 +296,7 @@ class HttpDecider:
                 status=reply.status,
                 request_id=self._request_id(reply.headers),
             )
-        decoded = self._decode(payload, request, model)
-        return DecisionResult(
-            model=decoded.model,
-            provider=self.name,
-            answers=decoded.answers,
-            usage=decoded.usage,
-            request_id=self._request_id(reply.headers),
-            latency_ms=(trio.current_time() - started) * 1000.0,
-            upstream_ms=_milliseconds(reply.headers.get("x-envoy-upstream-service-time")),
-            media_bytes=media.media_bytes,
-        )
+        return payload
 
     def _check_size(self, body: object) -> None:
         media = self.limits.media

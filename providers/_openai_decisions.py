@@ -344,10 +344,7 @@ class OpenAIDecisionsDecider(HttpDecider):
             rng=rng,
         )
 
-    @classmethod
-    def _normalise_base_url(cls, url: str) -> str:
-        url = url.rstrip("/")
-        return url[:-3] if url.endswith("/v1") else url
+    strip_v1 = True
 
     def _path(self, model: str) -> str:
         return "/v1/decisions"

@@ -126,18 +126,7 @@ class PerQuestionDecider(HttpDecider):
                     return
                 try:
                     reply = await self._send(path, body, deadline, timeout)
-                    payload = reply.json()
-                    if payload is None:
-                        raise DecisionError(
-                            Kind.SERVER,
-                            self._client.redact(
-                                f"{self.vendor} answered HTTP {reply.status} with a body that is"
-                                f" not JSON: {reply.excerpt()}"
-                            ),
-                            status=reply.status,
-                            request_id=self._request_id(reply.headers),
-                        )
-                    read = self._read_reply(payload, key, question, model)
+                    read = self._read_reply(self._payload(reply), key, question, model)
                 except DecisionError as exc:
                     failures.append((index, exc))
                     if exc.kind is Kind.AUTHENTICATION:

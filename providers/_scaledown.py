@@ -35,11 +35,6 @@ from ._openai_decisions import json_text
 from ._per_question import PerQuestionDecider, QuestionReply
 
 
-def _strip_v1(url: str) -> str:
-    url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
-
-
 def _rubric(instructions: str, answer: str, description: object) -> str:
     line = f"Answer: {answer}"
     if description is not None:
@@ -153,9 +148,7 @@ class ScaleDownDecider(PerQuestionDecider):
             rng=rng,
         )
 
-    @classmethod
-    def _normalise_base_url(cls, url: str) -> str:
-        return _strip_v1(url)
+    strip_v1 = True
 
     def _headers(self) -> dict[str, str]:
         return {"x-api-key": self._api_key} if self._api_key else {}

@@ -34,11 +34,6 @@ from ._http import AsyncTransport, Reply, RetryPolicy
 _PNG_JPEG_WEBP = frozenset({"image/png", "image/jpeg", "image/webp"})
 
 
-def _strip_v1(url: str) -> str:
-    url = url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
-
-
 class TypeSafeDecider(HttpDecider):
     """TypeSafe's Jev models, direct (``/v1/systemone``) or through the Vercel AI Gateway.
 
@@ -266,9 +261,7 @@ class XorDecider(HttpDecider):
         media=MediaLimits(max_images=8, video=True, max_request_bytes=8 * 1024 * 1024),
     )
 
-    @classmethod
-    def _normalise_base_url(cls, url: str) -> str:
-        return _strip_v1(url)
+    strip_v1 = True
 
     def _path(self, model: str) -> str:
         return "/v1/systemone"
@@ -321,9 +314,7 @@ class PerplexityDecider(HttpDecider):
         per_question_s=0.1,
     )
 
-    @classmethod
-    def _normalise_base_url(cls, url: str) -> str:
-        return _strip_v1(url)
+    strip_v1 = True
 
     def __init__(self, *, base_url: str | None = None, **kwargs: Any) -> None:
         # The integration header goes to Perplexity's own API only, not to proxies.

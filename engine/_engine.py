@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,7 +25,15 @@ from ._catalog import Catalog, Server, Tool, id_tuple
 from ._config import EngineConfig
 from ._conversation import extract_query, idle_steps
 from ._decision import DecisionRequest, DecisionResult
-from ._dedup import DedupResult, dedupe_tools
+from ._dedup import DedupResult
+from ._engine_catalog import (
+    RunCpu,
+    checked_sets,
+    dedupe_catalog,
+    open_cache,
+    served,
+    updated_catalog,
+)
 from ._engine_decisions import DecisionService, ServerRouter
 from ._enrich import enrich_tools
 from ._errors import ConfigError, EngineCrashed
@@ -55,7 +63,6 @@ if TYPE_CHECKING:
     from .providers import Decider, Embedder, Generator
 
 T = TypeVar("T")
-RunCpu = Callable[..., Awaitable[Any]]
 
 _DEFAULT: Any = object()
 #: Catalogues at least this large are scored in a worker thread (about 1 ms of numpy work
@@ -116,7 +123,7 @@ class Engine:
         self._key = new_query_key()  # queries appear in events only as an HMAC
         self._tool_sets = tuple(tool_sets)  # checked by open_engine
         dedup = dedup or DedupResult(catalog)
-        self._serve(catalog, dedup, ToolIndex(_served(dedup), embedder=None, cache=None))
+        self._serve(catalog, dedup, ToolIndex(served(dedup), embedder=None, cache=None))
         self._ready = trio.Event()
         self._updating = trio.Lock()  # one catalogue change at a time
         self._version = 0
@@ -410,7 +417,7 @@ class Engine:
             extra = {i: t for i, t in old.extra_text.items() if i not in changed}
             new = await self._run_cpu(
                 functools.partial(ToolIndex, embedder=None, cache=None, extra_text=extra),
-                _served(dedup),
+                served(dedup),
                 limiter=self._cpu,
             )
             if self._embedder is not None:
@@ -731,29 +738,7 @@ class Engine:
         self._ready.set()
 
     def _cache(self) -> EmbeddingCache | None:
-        return _open_cache(self.config)
-
-
-def _open_cache(config: EngineConfig) -> EmbeddingCache | None:
-    if not config.cache:
-        return None
-    return EmbeddingCache(config.cache_dir or default_cache_dir())
-
-
-def _served(dedup: DedupResult) -> Catalog:
-    tools = dedup.tools
-    return tools if isinstance(tools, Catalog) else Catalog(tools)
-
-
-def _checked_sets(tool_sets: Sequence[ToolSet], catalog: Catalog) -> tuple[ToolSet, ...]:
-    """``tool_sets`` checked against ``catalog``: ``ConfigError`` names a bad one."""
-    policy = Policy(tool_sets=tool_sets)  # checks they are ToolSets
-    policy.check_ids(catalog)
-    names = [s.name for s in policy.tool_sets]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise ConfigError(f"tool set names must be unique: {', '.join(map(repr, twice))}")
-    return policy.tool_sets
+        return open_cache(self.config)
 
 
 def _anchored(ranking: Ranking, sets: Sequence[ToolSet]) -> tuple[str, ...]:
@@ -762,75 +747,6 @@ def _anchored(ranking: Ranking, sets: Sequence[ToolSet]) -> tuple[str, ...]:
     if not sets or ranking.outcome is not Outcome.APPLIED or ranking.strategy not in COSINE_SCALED:
         return ()
     return activated_sets(dict(zip(ranking.tool_ids, ranking.scores, strict=True)), sets)
-
-
-class _WatchedEmbedder:
-    """The engine's embedder for embedding-mode dedup: through the disk cache (warm-up then
-    finds the vectors there), noting the failure that ``dedupe_tools`` swallows."""
-
-    def __init__(self, inner: Embedder, cache: EmbeddingCache | None) -> None:
-        self.inner, self.cache = inner, cache
-        self.identity, self.dim, self.max_batch = inner.identity, inner.dim, inner.max_batch
-        self.failure = ""
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        try:
-            return embed_with_cache(self.inner, texts, self.cache)
-        except Exception as exc:
-            self.failure = brief(exc)
-            raise
-
-
-def _dedupe_sync(
-    catalog: Catalog, config: EngineConfig, embedder: Embedder | None
-) -> tuple[DedupResult, str]:
-    dedup, watched = config.dedup, None
-    if dedup.mode == "embedding":
-        assert embedder is not None  # open_engine refuses the mode without one
-        watched = _WatchedEmbedder(embedder, _open_cache(config))
-    result = dedupe_tools(catalog, threshold=dedup.threshold, mode=dedup.mode, embedder=watched)
-    return result, watched.failure if watched is not None else ""
-
-
-async def dedupe_catalog(
-    catalog: Catalog,
-    config: EngineConfig,
-    embedder: Embedder | None,
-    run_cpu: RunCpu,
-    limiter: trio.CapacityLimiter,
-) -> tuple[DedupResult, str]:
-    """``catalog`` deduplicated as ``config.dedup`` says, off the event loop, and why it fell
-    back to every tool if it failed (fail-open: the original catalogue, nothing removed)."""
-    if not config.dedup.enabled:
-        return DedupResult(catalog), ""
-    try:
-        result: tuple[DedupResult, str] = await run_cpu(
-            _dedupe_sync, catalog, config, embedder, limiter=limiter
-        )
-    except Exception as exc:
-        return DedupResult(catalog), brief(exc)
-    return result
-
-
-def updated_catalog(
-    catalog: Catalog,
-    *,
-    add: Sequence[Tool] = (),
-    remove: Sequence[str] = (),
-    replace: Sequence[Tool] = (),
-) -> Catalog:
-    """``catalog`` with ``remove`` ids dropped, ``replace`` tools swapped in by id, ``add``
-    appended; order is kept and new tools come last."""
-    removed = set(remove)
-    replacing = {tool.id: tool for tool in replace}
-    unknown = [i for i in (*removed, *replacing) if i not in catalog]
-    if unknown:
-        raise ConfigError(
-            f"update names tools not in the catalogue: {', '.join(map(repr, unknown))}"
-        )
-    kept = [replacing.get(t.id, t) for t in catalog if t.id not in removed]
-    descriptions = {server.id: server.description for server in catalog.servers}
-    return Catalog([*kept, *add], server_descriptions=descriptions)
 
 
 @asynccontextmanager
@@ -874,7 +790,7 @@ async def open_engine(
     and the connections of a decider the engine made itself.
     """
     config = config or EngineConfig()
-    tool_sets = _checked_sets(tool_sets, catalog)
+    tool_sets = checked_sets(tool_sets, catalog)
     if config.dedup.enabled and config.dedup.mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder; this engine has none')
     if embedder is _DEFAULT:

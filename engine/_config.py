@@ -52,6 +52,9 @@ class SelectionDefaults:
     always_active: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: Ceiling on "show every tool" after two steps without a tool call.
     all_tools_ceiling: int = attrs.field(default=128, validator=_at_least_one)
+    #: ``prepare_step`` also routes MCP servers (``config.routing``, the engine's decider) and
+    #: hides the tools of servers dropped on a confident "no". Off: a decision call per step.
+    route_servers: bool = attrs.field(default=False, validator=v.instance_of(bool))
 
 
 @attrs.frozen(kw_only=True)

@@ -87,6 +87,8 @@ class StepSelection:
         outcome: as ``Selection.outcome``; ``skipped`` when the conversation has no text.
         active_sets: names of the tool sets active on this step (forced, sticky or anchored).
         system_prompts: the active sets' prompts, to append to the host's system prompt.
+        routing: the server routing behind this step, when ``selection.route_servers`` is on
+            (tools of the servers it dropped are not shown, ``always_active`` ones aside).
     """
 
     tool_ids: tuple[str, ...] | None
@@ -97,6 +99,7 @@ class StepSelection:
     latency_ms: float = 0.0
     active_sets: tuple[str, ...] = ()
     system_prompts: tuple[str, ...] = ()
+    routing: RoutingOutcome | None = None
 
 
 class Engine:
@@ -334,20 +337,39 @@ class Engine:
             forced = state.step_sets()
         index, sets = self._index, self._sets
         always = self._served_ids(defaults.always_active)
+        routing: RoutingOutcome | None = None
+        hidden: frozenset[str] = frozenset()  # tools of the servers routing dropped
+        if defaults.route_servers and query.strip():
+            routing = await self._router.route(
+                messages, index.catalog, session=session, state=state
+            )
+            hidden = frozenset(routing.excluded_tools) - set(always)
         if not query.strip():
             members = (m for s in sets if s.name in forced for m in s.members)
             shown = tuple(dict.fromkeys((*always, *found, *members)))
             step = StepSelection(
                 shown or None, "", page, Outcome.SKIPPED, "no request text", active_sets=forced
             )
-        elif page >= 2 and len(index.catalog) <= defaults.all_tools_ceiling:
-            step = StepSelection(None, query, page, Outcome.APPLIED, active_sets=forced)
+        elif page >= 2 and len(index.catalog) - len(hidden) <= defaults.all_tools_ceiling:
+            every = tuple(t.id for t in index.catalog if t.id not in hidden) if hidden else None
+            step = StepSelection(every, query, page, Outcome.APPLIED, active_sets=forced)
         else:
             size = defaults.max_tools
             start, count = (0, defaults.all_tools_ceiling) if page >= 2 else (page * size, size)
             # Tool sets read the scores of more than the picks: anchors may rank just below.
             wanted = count if page >= 2 else start + size * (3 if sets else 1)
-            ranking = await self._rank(index, query, wanted, None)
+            ranking = await self._rank(index, query, wanted + len(hidden), None)
+            if hidden:
+                kept = [
+                    (i, s)
+                    for i, s in zip(ranking.tool_ids, ranking.scores, strict=True)
+                    if i not in hidden
+                ]
+                ranking = attrs.evolve(
+                    ranking,
+                    tool_ids=tuple(i for i, _ in kept),
+                    scores=tuple(s for _, s in kept),
+                )
             anchored = _anchored(ranking, sets)
             if state is not None:
                 state.remember(anchored, self.config.sessions.sticky_steps)
@@ -374,6 +396,7 @@ class Engine:
             step,
             latency_ms=(time.perf_counter() - started) * 1000.0,
             system_prompts=tuple(system_prompts(sets, step.active_sets)),
+            routing=routing,
         )
         self._hub.publish(
             StepFinished(

@@ -17,7 +17,12 @@ from toolroute import (
     Outcome,
     RoutingConfig,
 )
-from toolroute._config import DecisionConfig, EngineConfig, RoutingSessionConfig
+from toolroute._config import (
+    DecisionConfig,
+    EngineConfig,
+    RoutingSessionConfig,
+    SelectionDefaults,
+)
 from toolroute._engine import open_engine
 from toolroute._events import DecisionFinished, FailOpen, RoutingFinished
 
@@ -212,3 +217,36 @@ async def test_default_decider_comes_from_the_environment(
     async with open_engine(CATALOG, config=config(), embedder=None) as engine:
         assert engine.decider is not None
         assert engine.decider.name == "typesafe"
+
+
+async def test_prepare_step_hides_the_tools_of_dropped_servers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    decider = ScriptedDecider({"github", "slack"})
+    cfg = EngineConfig(
+        cache=False,
+        routing=RoutingConfig(generative=False),
+        selection=SelectionDefaults(
+            route_servers=True, max_tools=3, always_active=("post_message",)
+        ),
+    )
+    messages = [{"role": "user", "content": "will it rain on the drive to Porto?"}]
+    async with open_engine(CATALOG, config=cfg, embedder=None, decider=decider) as engine:
+        step = await engine.prepare_step(messages, session="s")
+        assert step.routing is not None
+        assert set(step.routing.excluded) == {"github", "slack"}
+        assert step.tool_ids is not None
+        assert "create_issue" not in step.tool_ids
+        assert "post_message" in step.tool_ids  # always_active survives routing
+        # Two steps without a tool call: every tool, still without the dropped server's.
+        idle = [*messages, {"role": "assistant", "content": "Let me think."}]
+        idle += [{"role": "assistant", "content": "Still thinking."}]
+        every = await engine.prepare_step(idle, session="t")
+        assert every.page == 2
+        assert every.tool_ids == ("post_message", "forecast", "directions")
+    async with open_engine(
+        CATALOG, config=config(), embedder=None, decider=decider
+    ) as engine:  # off by default: no decision call
+        step = await engine.prepare_step(messages)
+        assert step.routing is None
+        assert decider.calls == 2

@@ -1,4 +1,4 @@
-"""The ``toolroute`` command: select, eval and demo."""
+"""The ``toolroute`` command: select, eval, route, demo and bench."""
 
 from __future__ import annotations
 
@@ -78,6 +78,21 @@ def _parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     bench.set_defaults(run=_run_bench)
+
+    route = commands.add_parser(
+        "route", help="which MCP servers a request needs (a decision provider from the env)"
+    )
+    route.add_argument(
+        "--tools", default=None, help="tool definitions with servers (the demo catalogue)"
+    )
+    route.add_argument("--format", default=None, help="tool file format (auto-detected)")
+    route.add_argument(
+        "--provider", default=None, help="decision provider name (from the environment)"
+    )
+    route.add_argument("--deadline", type=float, default=15.0, help="seconds for the call (15)")
+    route.add_argument("--json", action="store_true", help="print JSON lines")
+    route.add_argument("query", nargs="+", help="the request(s)")
+    route.set_defaults(run=_run_route)
 
     demo = commands.add_parser("demo", help="route scripted requests over a bundled catalogue")
     demo.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="(minilm)")
@@ -259,6 +274,56 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     run_agent_demo(catalog, index.embedder, args.cache_dir, args.json)
     return 0
+
+
+def _run_route(args: argparse.Namespace) -> int:
+    import trio
+
+    from ._routing import RoutingConfig, route_servers
+    from .providers import default_decider
+
+    if args.tools:
+        catalog = Catalog.from_file(args.tools, format=args.format)
+    else:
+        data = resources.files("toolroute") / "data" / "demo_catalog.json"
+        catalog = Catalog.from_data(json.loads(data.read_text("utf-8")))
+    decider = default_decider(args.provider)
+    config = RoutingConfig(deadline_s=args.deadline, decision_deadline_s=args.deadline)
+    if not args.json:
+        print(
+            f"{len(catalog.servers)} servers; decision provider: "
+            f"{decider.name if decider else 'none configured (every server is kept)'}"
+        )
+
+    async def run() -> None:
+        for query in args.query:
+            outcome = await route_servers(query, catalog, decider=decider, config=config)
+            if args.json:
+                print(json.dumps({"query": query, **_routing_json(outcome)}))
+                continue
+            print(
+                f"\n{query}\n  {outcome.outcome} via {outcome.strategy}"
+                f" in {outcome.latency_ms:.0f} ms {outcome.reason}".rstrip()
+            )
+            print(f"  kept:    {', '.join(outcome.selected)}")
+            print(f"  dropped: {', '.join(outcome.excluded) or '-'}")
+        if decider is not None:
+            await decider.aclose()
+
+    trio.run(run)
+    return 0
+
+
+def _routing_json(outcome: Any) -> dict[str, Any]:
+    return {
+        "selected": list(outcome.selected),
+        "excluded": list(outcome.excluded),
+        "strategy": outcome.strategy,
+        "outcome": str(outcome.outcome),
+        "reason": outcome.reason,
+        "latency_ms": round(outcome.latency_ms, 3),
+        "answered": outcome.answered,
+    }
 
 
 def _run_bench(args: argparse.Namespace) -> int:

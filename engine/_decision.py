@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeGuard
 
 import attrs
 
@@ -71,13 +71,18 @@ class ScoreQuestion:
 Question: TypeAlias = BooleanQuestion | ChoiceQuestion | ScoreQuestion
 
 
+def is_probability(value: object) -> TypeGuard[float]:
+    """A real number (not a bool, not NaN) in [0, 1]."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0.0 <= value <= 1.0
+    )
+
+
 def _probability(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0.0 <= value <= 1.0
-    ):
+    if not is_probability(value):
         raise ValueError(f"{attribute.name} must be a probability in [0, 1], got {value!r}")
 
 

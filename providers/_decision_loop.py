@@ -9,6 +9,7 @@ answer that would come too late.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -30,17 +31,16 @@ from .._decision import (
 )
 from .._decision_limits import DecisionLimits, check_request
 from .._decision_wire import read_answers, read_usage
-from .._errors import ConfigError, DecisionError, DecisionErrorKind
+from .._errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
 from .._media import PreparedMedia, prepare_media
 from ._http import (
     AsyncJsonClient,
     AsyncTransport,
-    GiveUp,
     Reply,
     RetryPolicy,
     TransportError,
     parse_retry_after,
-    plan_retry,
+    retry_attempts,
 )
 
 #: One retry; the first waits 0.25–0.5 s (NeuroLink's ``2^n·250 + rand·250`` ms).
@@ -126,6 +126,8 @@ class HttpDecider:
     #: Where the key comes from, for the missing-key message.
     key_env: ClassVar[str]
     limits: DecisionLimits = DecisionLimits()
+    #: Local servers (the logprob decider's) may need no key.
+    requires_key: ClassVar[bool] = True
     #: The endpoint paths carry ``/v1`` already, so a base URL ending in ``/v1`` loses it.
     strip_v1: ClassVar[bool] = False
     #: Media types accepted by some provider, for the "does not accept media" message.
@@ -244,27 +246,13 @@ class HttpDecider:
             DecisionError: with ``kind`` and ``retryable``; over-limit, keyless,
                 latched and malformed requests fail before any network call.
         """
-        if not self._api_key:
-            raise DecisionError(
-                Kind.AUTHENTICATION,
-                f"{self.vendor} has no API key. Set {self.key_env} or pass api_key=.",
-            )
-        if self._auth_failed:
-            raise DecisionError(
-                Kind.AUTHENTICATION,
-                f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
-                " construct a new provider.",
-            )
+        self._check_credentials()
         model = request.model or self.model
         state_tokens = check_request(request, self.limits, vendor=self.vendor, model=model)
         media = self._prepare(request)
         body = self._encode(request, model, media)
         self._check_size(body)
-        timeout = (
-            request.timeout_s
-            or self._timeout_s
-            or self.limits.default_timeout_s(len(request.questions), state_tokens)
-        )
+        timeout = self._budget_s(request, state_tokens)
         started = trio.current_time()
         reply = await self._send(self._path(model), body, started + timeout, timeout)
         decoded = self._decode(self._payload(reply), request, model)
@@ -277,6 +265,28 @@ class HttpDecider:
             latency_ms=(trio.current_time() - started) * 1000.0,
             upstream_ms=_milliseconds(reply.headers.get("x-envoy-upstream-service-time")),
             media_bytes=media.media_bytes,
+        )
+
+    def _check_credentials(self) -> None:
+        """Refuse, before any network call, when there is no key or the key was rejected."""
+        if self.requires_key and not self._api_key:
+            raise DecisionError(
+                Kind.AUTHENTICATION,
+                f"{self.vendor} has no API key. Set {self.key_env} or pass api_key=.",
+            )
+        if self._auth_failed:
+            raise DecisionError(
+                Kind.AUTHENTICATION,
+                f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
+                " construct a new provider.",
+            )
+
+    def _budget_s(self, request: DecisionRequest, state_tokens: int) -> float:
+        """The call's deadline: the request's, the provider's, or the limits' default."""
+        return (
+            request.timeout_s
+            or self._timeout_s
+            or self.limits.default_timeout_s(len(request.questions), state_tokens)
         )
 
     def _payload(self, reply: Reply) -> object:
@@ -311,31 +321,23 @@ class HttpDecider:
             )
 
     async def _send(self, path: str, body: object, deadline: float, budget_s: float) -> Reply:
-        failures = 0
-        while True:
-            outcome = await self._attempt(path, body, deadline, budget_s)
-            if isinstance(outcome, Reply):
-                return outcome
-            error, retry_after = outcome
-            if not error.retryable:
-                raise error
-            failures += 1
-            plan = plan_retry(
-                self._retry,
-                failures=failures,
-                retry_after_s=retry_after,
-                remaining_s=deadline - trio.current_time(),
-                draw=self._rng(),
+        def give_up(error: ProviderError, reason: str) -> DecisionError:
+            assert isinstance(error, DecisionError)
+            return DecisionError(
+                error.kind,
+                f"{error}; {reason}",
+                status=error.status,
+                request_id=error.request_id,
+                retryable=True,
             )
-            if isinstance(plan, GiveUp):
-                raise DecisionError(
-                    error.kind,
-                    f"{error}; {plan.reason}",
-                    status=error.status,
-                    request_id=error.request_id,
-                    retryable=True,
-                )
-            await trio.sleep(plan.delay_s)
+
+        return await retry_attempts(
+            functools.partial(self._attempt, path, body, deadline, budget_s),
+            policy=self._retry,
+            deadline=deadline,
+            rng=self._rng,
+            give_up=give_up,
+        )
 
     async def _attempt(
         self, path: str, body: object, deadline: float, budget_s: float

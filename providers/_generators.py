@@ -26,12 +26,11 @@ from ._decision_loop import envelope_message
 from ._http import (
     AsyncJsonClient,
     AsyncTransport,
-    GiveUp,
     Reply,
     RetryPolicy,
     TransportError,
     parse_retry_after,
-    plan_retry,
+    retry_attempts,
 )
 
 #: One retry; back-off as in the openai/anthropic SDKs: 0.5 s doubling, 25 % jitter.
@@ -167,33 +166,31 @@ class _JsonGenerator:
             ) from None
 
     async def _send(self, body: object) -> Reply:
-        deadline = trio.current_time() + self._timeout_s
-        failures = 0
         last = ""
+
+        async def attempt() -> Reply | tuple[ProviderError, float | None]:
+            nonlocal last
+            try:
+                reply = await self._client.post(self.path, body)
+            except TransportError as exc:
+                last = str(exc)
+                return self._error(last, retryable=True), None
+            if 200 <= reply.status <= 299:
+                return reply
+            last, retryable, wait = self._refusal(reply)
+            return self._error(last, reply.status, retryable=retryable), wait
+
+        def give_up(error: ProviderError, reason: str) -> ProviderError:
+            return self._error(f"{last}; {reason}", error.status, retryable=True)
+
         with trio.move_on_after(self._timeout_s):
-            while True:
-                try:
-                    reply = await self._client.post(self.path, body)
-                except TransportError as exc:
-                    last, status, retryable, wait = str(exc), None, True, None
-                else:
-                    if 200 <= reply.status <= 299:
-                        return reply
-                    last, retryable, wait = self._refusal(reply)
-                    status = reply.status
-                if not retryable:
-                    raise self._error(last, status)
-                failures += 1
-                plan = plan_retry(
-                    self._retry,
-                    failures=failures,
-                    retry_after_s=wait,
-                    remaining_s=deadline - trio.current_time(),
-                    draw=self._rng(),
-                )
-                if isinstance(plan, GiveUp):
-                    raise self._error(f"{last}; {plan.reason}", status, retryable=True)
-                await trio.sleep(plan.delay_s)
+            return await retry_attempts(
+                attempt,
+                policy=self._retry,
+                deadline=trio.current_time() + self._timeout_s,
+                rng=self._rng,
+                give_up=give_up,
+            )
         after = f" (last failure: {last})" if last else ""
         raise self._error(f"did not answer within {self._timeout_s:g} s{after}", retryable=True)
 

@@ -14,7 +14,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC
 from types import TracebackType
 from typing import Any, Self
@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import attrs
 import httpx
+import trio
 
 from .._errors import ConfigError, ProviderError
 
@@ -710,3 +711,42 @@ class AsyncJsonClient:
                     f" ({type(exc).__name__}: {exc})"
                 )
             ) from None
+
+
+#: One async attempt: the 2xx reply, or the error and the server's ``Retry-After``.
+Attempt = Callable[[], Awaitable[Reply | tuple[ProviderError, float | None]]]
+
+
+async def retry_attempts(
+    attempt: Attempt,
+    *,
+    policy: RetryPolicy,
+    deadline: float,
+    rng: Callable[[], float],
+    give_up: Callable[[ProviderError, str], ProviderError],
+) -> Reply:
+    """Run ``attempt`` until it returns a reply, under ``policy`` and a trio ``deadline``.
+
+    A non-retryable error is raised as it is; when :func:`plan_retry` gives up, the error
+    ``give_up(last_error, reason)`` makes is raised. Callers bound the whole run (or each
+    attempt) with their own cancel scope.
+    """
+    failures = 0
+    while True:
+        outcome = await attempt()
+        if isinstance(outcome, Reply):
+            return outcome
+        error, retry_after = outcome
+        if not error.retryable:
+            raise error
+        failures += 1
+        plan = plan_retry(
+            policy,
+            failures=failures,
+            retry_after_s=retry_after,
+            remaining_s=deadline - trio.current_time(),
+            draw=rng(),
+        )
+        if isinstance(plan, GiveUp):
+            raise give_up(error, plan.reason)
+        await trio.sleep(plan.delay_s)

@@ -54,7 +54,6 @@ class PerQuestionDecider(HttpDecider):
     """
 
     #: Whether a call without an API key is refused locally.
-    requires_key: ClassVar[bool] = True
     #: Calls in flight at once (NeuroLink runs decision batches four at a time).
     concurrency: ClassVar[int] = 4
 
@@ -83,17 +82,7 @@ class PerQuestionDecider(HttpDecider):
             DecisionError: with ``kind`` and ``retryable``; keyless, latched,
                 over-limit and unsupported requests fail before any network call.
         """
-        if self.requires_key and not self._api_key:
-            raise DecisionError(
-                Kind.AUTHENTICATION,
-                f"{self.vendor} has no API key. Set {self.key_env} or pass api_key=.",
-            )
-        if self._auth_failed:
-            raise DecisionError(
-                Kind.AUTHENTICATION,
-                f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
-                " construct a new provider.",
-            )
+        self._check_credentials()
         model = self._model_for(request)
         state_tokens = check_request(request, self.limits, vendor=self.vendor, model=model)
         for key, question in request.questions.items():
@@ -106,11 +95,7 @@ class PerQuestionDecider(HttpDecider):
         ]
         for _key, _question, body in calls:
             self._check_size(body)
-        timeout = (
-            request.timeout_s
-            or self._timeout_s
-            or self.limits.default_timeout_s(len(calls), state_tokens)
-        )
+        timeout = self._budget_s(request, state_tokens)
         started = trio.current_time()
         deadline = started + timeout
         path = self._path(model)

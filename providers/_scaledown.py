@@ -25,6 +25,7 @@ from .._decision import (
     Question,
     ScoreQuestion,
     Usage,
+    is_probability,
 )
 from .._decision_limits import DecisionLimits
 from .._decision_wire import MalformedAnswer, logger, read_answer, read_usage
@@ -57,12 +58,7 @@ def _scores(payload: object, names: list[str]) -> dict[str, float]:
     scores: dict[str, float] = {}
     for name in names:
         value = raw.get(name)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not 0.0 <= value <= 1.0
-        ):
+        if not is_probability(value):
             raise MalformedAnswer(f"expected a score in [0, 1] for label {name!r}, got {value!r}")
         scores[name] = float(value)
     total = math.fsum(scores.values())

@@ -39,72 +39,50 @@ def _typesafe(env: Env) -> HttpDecider | None:
     )
 
 
-def _laya(env: Env) -> HttpDecider | None:
-    key, base = _get(env, "LAYA_API_KEY"), _get(env, "LAYA_BASE_URL")
-    return (
-        LayaDecider(api_key=key, base_url=base, model=_get(env, "LAYA_MODEL"))
-        if key and base
-        else None
-    )
+def _from_env(
+    cls: Callable[..., HttpDecider], required: Mapping[str, str], optional: Mapping[str, str]
+) -> Callable[[Env], HttpDecider | None]:
+    """A builder of ``cls`` from environment variables: ``{argument: variable}``; ``None``
+    unless every required variable is set."""
+
+    def build(env: Env) -> HttpDecider | None:
+        needed = {arg: _get(env, var) for arg, var in required.items()}
+        if not all(needed.values()):
+            return None
+        return cls(**needed, **{arg: _get(env, var) for arg, var in optional.items()})
+
+    return build
 
 
-def _xor(env: Env) -> HttpDecider | None:
-    key, base = _get(env, "XOR_API_KEY"), _get(env, "XOR_BASE_URL")
-    return (
-        XorDecider(api_key=key, base_url=base, model=_get(env, "XOR_MODEL"))
-        if key and base
-        else None
-    )
-
-
-def _perplexity(env: Env) -> HttpDecider | None:
-    key = _get(env, "PERPLEXITY_API_KEY")
-    if not key:
-        return None
-    return PerplexityDecider(
-        api_key=key,
-        base_url=_get(env, "PERPLEXITY_DECIDER_BASE_URL"),
-        model=_get(env, "PERPLEXITY_DECIDER_MODEL"),
-    )
-
-
-def _clef(env: Env) -> HttpDecider | None:
-    key, account = _get(env, "CLOUDFLARE_API_KEY"), _get(env, "CLOUDFLARE_ACCOUNT_ID")
-    if not (key and account):
-        return None
-    return ClefDecider(
-        api_key=key,
-        account_id=account,
-        base_url=_get(env, "CLOUDFLARE_CLEF_BASE_URL"),
-        model=_get(env, "CLOUDFLARE_CLEF_MODEL"),
-    )
-
-
-def _openai_decisions(env: Env) -> HttpDecider | None:
-    key = _get(env, "OPENAI_API_KEY")
-    if not key:
-        return None
-    return OpenAIDecisionsDecider(
-        api_key=key,
-        base_url=_get(env, "OPENAI_DECISIONS_BASE_URL"),
-        model=_get(env, "OPENAI_DECISIONS_MODEL"),
-    )
-
-
-def _scaledown(env: Env) -> HttpDecider | None:
-    key = _get(env, "SCALEDOWN_API_KEY")
-    if not key:
-        return None
-    return ScaleDownDecider(api_key=key, base_url=_get(env, "SCALEDOWN_BASE_URL"))
-
-
-def _logprob(env: Env) -> HttpDecider | None:
-    base, model = _get(env, "TOOLROUTE_LOGPROB_BASE_URL"), _get(env, "TOOLROUTE_LOGPROB_MODEL")
-    if not (base and model):
-        return None
-    return LogprobDecider(
-        model=model, base_url=base, api_key=_get(env, "TOOLROUTE_LOGPROB_API_KEY")
-    )
+_laya = _from_env(
+    LayaDecider, {"api_key": "LAYA_API_KEY", "base_url": "LAYA_BASE_URL"}, {"model": "LAYA_MODEL"}
+)
+_xor = _from_env(
+    XorDecider, {"api_key": "XOR_API_KEY", "base_url": "XOR_BASE_URL"}, {"model": "XOR_MODEL"}
+)
+_perplexity = _from_env(
+    PerplexityDecider,
+    {"api_key": "PERPLEXITY_API_KEY"},
+    {"base_url": "PERPLEXITY_DECIDER_BASE_URL", "model": "PERPLEXITY_DECIDER_MODEL"},
+)
+_clef = _from_env(
+    ClefDecider,
+    {"api_key": "CLOUDFLARE_API_KEY", "account_id": "CLOUDFLARE_ACCOUNT_ID"},
+    {"base_url": "CLOUDFLARE_CLEF_BASE_URL", "model": "CLOUDFLARE_CLEF_MODEL"},
+)
+_openai_decisions = _from_env(
+    OpenAIDecisionsDecider,
+    {"api_key": "OPENAI_API_KEY"},
+    {"base_url": "OPENAI_DECISIONS_BASE_URL", "model": "OPENAI_DECISIONS_MODEL"},
+)
+_scaledown = _from_env(
+    ScaleDownDecider, {"api_key": "SCALEDOWN_API_KEY"}, {"base_url": "SCALEDOWN_BASE_URL"}
+)
+_logprob = _from_env(
+    LogprobDecider,
+    {"base_url": "TOOLROUTE_LOGPROB_BASE_URL", "model": "TOOLROUTE_LOGPROB_MODEL"},
+    {"api_key": "TOOLROUTE_LOGPROB_API_KEY"},
+)
 
 
 #: Tried in this order when no provider is named. OpenAI Decisions, ScaleDown

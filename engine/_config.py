@@ -15,31 +15,13 @@ from ._dedup import DEFAULT_THRESHOLD, MODES, DedupMode
 from ._errors import ConfigError
 from ._routing import RoutingConfig
 from ._supervisor import RestartPolicy
+from ._validators import rule
 
-
-def _positive(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"{attribute.name} must be positive, got {value!r}")
-
-
-def _non_negative(_instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < 0:
-        raise ConfigError(f"{attribute.name} must be at least 0, got {value!r}")
-
-
-def _fraction(_instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not 0.0 <= value <= 1.0:  # NaN fails too
-        raise ConfigError(f"{attribute.name} must be between 0 and 1, got {value!r}")
-
-
-def _dedup_mode(_instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    if value not in MODES:
-        raise ConfigError(f"{attribute.name} must be one of {', '.join(MODES)}, got {value!r}")
-
-
-def _at_least_one(_instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{attribute.name} must be at least 1, got {value!r}")
+_positive = rule(lambda v: v > 0, "positive")
+_non_negative = rule(lambda v: v >= 0, "at least 0")
+_at_least_one = rule(lambda v: v >= 1, "at least 1")
+_fraction = rule(lambda v: 0.0 <= v <= 1.0, "between 0 and 1")  # NaN fails too
+_dedup_mode = rule(lambda v: v in MODES, f"one of {', '.join(MODES)}")
 
 
 @attrs.frozen(kw_only=True)

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias, TypeGuard
 import attrs
 
 from ._errors import ConfigError
+from ._validators import is_number, rule
 
 #: A JSON value: what a state, a criterion or a legend may hold.
 JSON: TypeAlias = Any
@@ -22,9 +23,7 @@ JSON: TypeAlias = Any
 Media: TypeAlias = bytes | str | os.PathLike[str]
 
 
-def _text(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{attribute.name} must be a non-empty string, got {value!r}")
+_text = rule(lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string")
 
 
 @attrs.frozen
@@ -151,9 +150,7 @@ def _questions(value: Mapping[str, Question]) -> dict[str, Question]:
     return questions
 
 
-def _timeout(_instance: object, _attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"timeout_s must be a positive number of seconds, got {value!r}")
+_timeout = rule(lambda v: v is None or (is_number(v) and v > 0), "a positive number of seconds")
 
 
 @attrs.frozen(kw_only=True)

@@ -9,8 +9,7 @@ judgement; anything that fails keeps every server.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
@@ -34,6 +33,7 @@ from ._keyword import KeywordIndex
 from ._outcome import Outcome
 from ._routing_generative import pick_servers
 from ._text import tokenize
+from ._validators import Check, is_number, rule
 
 if TYPE_CHECKING:
     from .providers._protocols import Decider, Embedder, Generator
@@ -47,34 +47,17 @@ Floats: TypeAlias = "npt.NDArray[np.float64]"
 DESCRIBE_TOOLS = 12
 
 
-Check: TypeAlias = Callable[[object, "attrs.Attribute[Any]", Any], None]
-
-
-def _rule(ok: Callable[[Any], bool], expected: str) -> Check:
-    """An attrs validator raising ``ConfigError`` that names what was expected."""
-
-    def check(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if not ok(value):
-            raise ConfigError(f"{attribute.name} must be {expected}, got {value!r}")
-
-    return check
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-_positive = _rule(lambda v: _number(v) and v > 0, "a positive number of seconds")
-_fraction = _rule(lambda v: _number(v) and 0 <= v <= 1, "between 0 and 1")
-_flag = _rule(lambda v: isinstance(v, bool), "true or false")
-_prefix = _rule(
+_positive = rule(lambda v: is_number(v) and v > 0, "a positive number of seconds")
+_fraction = rule(lambda v: is_number(v) and 0 <= v <= 1, "between 0 and 1")
+_flag = rule(lambda v: isinstance(v, bool), "true or false")
+_prefix = rule(
     lambda v: v is None or (isinstance(v, str) and bool(v.strip())), "a non-empty string or None"
 )
-_weights = _rule(
+_weights = rule(
     lambda v: (
         isinstance(v, tuple)
         and len(v) == 2
-        and all(_number(w) and w >= 0 for w in v)
+        and all(is_number(w) and w >= 0 for w in v)
         and sum(v) > 0
     ),
     "two non-negative weights (cosine, bm25), not both 0",
@@ -82,14 +65,14 @@ _weights = _rule(
 
 
 def _count(minimum: int) -> Check:
-    return _rule(
+    return rule(
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum,
         f"an integer ≥ {minimum}",
     )
 
 
 def _one_of(*choices: str) -> Check:
-    return _rule(lambda v: v in choices, f"one of {', '.join(choices)}")
+    return rule(lambda v: v in choices, f"one of {', '.join(choices)}")
 
 
 def _pair(value: Any) -> Any:

@@ -3,9 +3,8 @@
 toolpick's ``enrichDescriptions`` rewrites every description in one call at warm-up. Here a
 ``Generator`` is asked, one batch of tools per call, for short phrases a user might type when
 they need each tool (synonyms, slang, abbreviations). The phrases feed **recall only**: the
-keyword documents and the embedding texts (``enriched_keyword_documents``,
-``enriched_embedding_texts``). ``Tool`` objects, and so the definitions the agent's model is
-shown, never change.
+keyword documents and the embedding texts (``ToolIndex(extra_text=...)``). ``Tool`` objects,
+and so the definitions the agent's model is shown, never change.
 
 Phrases are cached on disk per generator identity, keyed by a hash of each tool's text, so a
 tool is enriched once across runs and again only when its definition changes. File
@@ -40,7 +39,7 @@ from ._cache import CacheWarning, _file_lock, _write_atomically
 from ._catalog import Tool
 from ._index import brief
 from ._rerank import one_line, quote_data
-from ._text import embedding_text, keyword_document, tool_text
+from ._text import tool_text
 
 if TYPE_CHECKING:
     from .providers import Generator
@@ -205,28 +204,6 @@ def parse_enrich_reply(reply: object, labels: Mapping[str, str]) -> dict[str, tu
 def extra_text(phrases: Sequence[str]) -> str:
     """A tool's extra recall text from its phrases."""
     return SEPARATOR.join(phrases)
-
-
-def enriched_catalog_texts(tools: Sequence[Tool], extra: Mapping[str, str]) -> list[str]:
-    """Each tool's recall text (``tool_text``) followed by its extra text, if any."""
-    return [_joined(tool_text(tool), extra.get(tool.id, ""), "\n") for tool in tools]
-
-
-def enriched_embedding_texts(tools: Sequence[Tool], extra: Mapping[str, str]) -> list[str]:
-    """Each tool's embedding text (``embedding_text``) followed by its extra text, if any.
-
-    The original text comes first, so it is embedded as before when the model truncates.
-    """
-    return [embedding_text(tool, extra.get(tool.id, "")) for tool in tools]
-
-
-def enriched_keyword_documents(tools: Sequence[Tool], extra: Mapping[str, str]) -> list[list[str]]:
-    """Each tool's keyword document (``keyword_document``) plus the tokens of its extra text."""
-    return [keyword_document(tool, extra.get(tool.id, "")) for tool in tools]
-
-
-def _joined(text: str, more: str, separator: str) -> str:
-    return f"{text}{separator}{more}" if more.strip() else text
 
 
 # -- the disk cache ---------------------------------------------------------------------------

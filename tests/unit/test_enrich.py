@@ -19,7 +19,7 @@ import pytest
 import trio
 import trio.testing
 
-from toolroute import CacheWarning, Catalog, ProviderError, Tool
+from toolroute import CacheWarning, Catalog, ProviderError, Tool, ToolIndex
 from toolroute._enrich import (
     ENRICH_SCHEMA,
     MAX_PHRASE_CHARS,
@@ -31,15 +31,12 @@ from toolroute._enrich import (
     decode_entries,
     encode_entries,
     enrich_tools,
-    enriched_catalog_texts,
-    enriched_embedding_texts,
-    enriched_keyword_documents,
     enrichment_key,
     parse_enrich_reply,
     tool_labels,
 )
 from toolroute._keyword import KeywordIndex
-from toolroute._text import embedding_text, keyword_document, tokenize, tool_text
+from toolroute._text import embedding_text, keyword_document, tokenize
 from toolroute.providers import Generator, RetryPolicy
 from toolroute.providers._generators import AnthropicGenerator, OpenAICompatibleGenerator
 
@@ -203,11 +200,9 @@ def test_enriched_texts_add_phrases_for_recall_only() -> None:
     catalog = tools(3)
     extra = {"tool_1": "ping the crew; holler at team"}
     before = copy.deepcopy(catalog)
-    texts = enriched_catalog_texts(catalog, extra)
-    embed = enriched_embedding_texts(catalog, extra)
-    docs = enriched_keyword_documents(catalog, extra)
-    assert texts[0] == tool_text(catalog[0])
-    assert texts[1] == tool_text(catalog[1]) + "\nping the crew; holler at team"
+    index = ToolIndex(Catalog(catalog), embedder=None, cache=None, extra_text=extra)
+    embed = index.embedding_texts()
+    docs = [keyword_document(t, extra.get(t.id, "")) for t in catalog]
     assert embed[0] == embedding_text(catalog[0])
     assert embed[1].startswith(embedding_text(catalog[1]))
     assert embed[1].endswith("holler at team")
@@ -215,8 +210,8 @@ def test_enriched_texts_add_phrases_for_recall_only() -> None:
     assert docs[1] == keyword_document(catalog[1]) + tokenize("ping the crew; holler at team")
     assert catalog == before
     # A slang query now reaches the tool through the keyword index.
-    index = KeywordIndex(docs)
-    scores = index.bm25(tokenize("holler"))
+    assert index.search("holler", 1).tool_ids == ("tool_1",)
+    scores = KeywordIndex(docs).bm25(tokenize("holler"))
     assert int(scores.argmax()) == 1
     assert KeywordIndex([keyword_document(t) for t in catalog]).bm25(tokenize("holler")).max() == 0
 
@@ -373,7 +368,8 @@ async def test_tool_objects_are_never_modified(tmp_path: Path) -> None:
     assert list(catalog) == snapshot
     assert [t.description for t in catalog] == descriptions
     assert all("informal" not in t.description for t in catalog)
-    assert all("informal" in text for text in enriched_catalog_texts(list(catalog), result.texts))
+    index = ToolIndex(catalog, embedder=None, cache=None, extra_text=result.texts)
+    assert all("informal" in text for text in index.embedding_texts())
 
 
 async def test_no_cache_dir_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

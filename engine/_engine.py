@@ -20,7 +20,7 @@ import numpy.typing as npt
 import trio
 
 from ._batcher import QueryBatcher
-from ._cache import EmbeddingCache, default_cache_dir
+from ._cache import EmbeddingCache
 from ._catalog import Catalog, Server, Tool, id_tuple
 from ._config import EngineConfig
 from ._conversation import extract_query, idle_steps
@@ -28,6 +28,7 @@ from ._decision import DecisionRequest, DecisionResult
 from ._dedup import DedupResult
 from ._engine_catalog import (
     RunCpu,
+    cache_dir,
     checked_sets,
     dedupe_catalog,
     open_cache,
@@ -262,7 +263,8 @@ class Engine:
         candidates = [index.catalog[i] for i in ids]
         if len(index.catalog) <= RERANK_TOOL_LIMIT:
             # A small catalogue is shown whole: the model may find what recall missed.
-            candidates += [t for t in index.catalog if t.id not in set(ids)]
+            shown = set(ids)
+            candidates += [t for t in index.catalog if t.id not in shown]
         result = await rerank(
             query,
             candidates,
@@ -685,7 +687,7 @@ class Engine:
         result = await enrich_tools(
             list(catalog),
             self._generator,
-            cache_dir=(self.config.cache_dir or default_cache_dir()) if self.config.cache else None,
+            cache_dir=cache_dir(self.config),
             batch=settings.batch,
             deadline_s=settings.deadline_s,
             concurrency=settings.concurrency,

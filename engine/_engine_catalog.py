@@ -4,6 +4,7 @@ against it. Plain functions; the engine runs the CPU-heavy ones off the event lo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,10 +26,14 @@ if TYPE_CHECKING:
 RunCpu = Callable[..., Awaitable[Any]]
 
 
+def cache_dir(config: EngineConfig) -> Path | None:
+    """Where the engine caches (embeddings, enrichment); ``None`` with caching off."""
+    return (config.cache_dir or default_cache_dir()) if config.cache else None
+
+
 def open_cache(config: EngineConfig) -> EmbeddingCache | None:
-    if not config.cache:
-        return None
-    return EmbeddingCache(config.cache_dir or default_cache_dir())
+    directory = cache_dir(config)
+    return EmbeddingCache(directory) if directory is not None else None
 
 
 def served(dedup: DedupResult) -> Catalog:

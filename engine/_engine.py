@@ -362,16 +362,7 @@ class Engine:
             wanted = count if page >= 2 else start + size * (3 if sets else 1)
             ranking = await self._rank(index, query, wanted + len(hidden), None)
             if hidden:
-                kept = [
-                    (i, s)
-                    for i, s in zip(ranking.tool_ids, ranking.scores, strict=True)
-                    if i not in hidden
-                ]
-                ranking = attrs.evolve(
-                    ranking,
-                    tool_ids=tuple(i for i, _ in kept),
-                    scores=tuple(s for _, s in kept),
-                )
+                ranking = ranking.only(i for i in ranking.tool_ids if i not in hidden)
             anchored = _anchored(ranking, sets)
             if state is not None:
                 state.remember(anchored, self.config.sessions.sticky_steps)

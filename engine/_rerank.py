@@ -312,12 +312,8 @@ def reranked_ranking(ranking: Ranking, result: RerankResult) -> Ranking:
             ranking.reason,
             0.0,
         )
-    scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
-    ids = tuple(i for i in result.tool_ids if i in scores)
-    outcome, reason = ranking.outcome, ranking.reason
-    if result.outcome is Outcome.DEGRADED:
-        outcome = Outcome.DEGRADED
-        reason = "; ".join(r for r in (ranking.reason, result.reason) if r)
-    return Ranking(
-        ids, tuple(scores[i] for i in ids), ranking.strategy, outcome, reason, ranking.baseline
-    )
+    kept = ranking.only(result.tool_ids)
+    if result.outcome is not Outcome.DEGRADED:
+        return kept
+    reason = "; ".join(r for r in (ranking.reason, result.reason) if r)
+    return attrs.evolve(kept, outcome=Outcome.DEGRADED, reason=reason)

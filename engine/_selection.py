@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from ._outcome import Outcome
@@ -48,3 +50,9 @@ class Ranking:
     outcome: Outcome
     reason: str = ""
     baseline: float = 0.0
+
+    def only(self, ids: Iterable[str]) -> Ranking:
+        """This ranking restricted to ``ids`` that it holds, in the order ``ids`` gives."""
+        scores = dict(zip(self.tool_ids, self.scores, strict=True))
+        kept = tuple(i for i in ids if i in scores)
+        return attrs.evolve(self, tool_ids=kept, scores=tuple(scores[i] for i in kept))

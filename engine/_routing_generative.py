@@ -9,12 +9,13 @@ what it never looked at closely. Every failure is a value (``Pick.kept is None``
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
+
+from ._json_text import extract_json
 
 if TYPE_CHECKING:
     from .providers._protocols import Generator
@@ -44,9 +45,6 @@ _RULES = (
     '- If the query is conversational and needs no tools, return {"servers": []}.'
 )
 
-_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```$", re.DOTALL)
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-
 
 def router_prompt(
     query: str, catalog: Sequence[tuple[str, str]], *, prefix: str | None = None
@@ -61,33 +59,19 @@ def router_prompt(
     return f'{opening}\n\nUser query:\n"""\n{query}\n"""\n\nServer catalog:\n{servers}\n\n{_RULES}'
 
 
-def _decode(text: str) -> object:
-    text = text.strip()
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
-    try:
-        return json.loads(text)
-    except ValueError:
-        match = _OBJECT.search(text)
-        if match is None:
-            return None
-        try:
-            return json.loads(match.group())
-        except ValueError:
-            return None
-
-
 def parse_servers(answer: object) -> list[str] | None:
     """The ids in a router answer; ``None`` when it does not match :data:`SCHEMA`.
 
-    A decoded object is read as is; a string has its code fences stripped and is parsed as
-    JSON, or else its first ``{...}`` span is.
+    A decoded object is read as is; a string is read with ``extract_json`` (code fences
+    stripped, or the first JSON object in prose).
     """
     if isinstance(answer, bytes):
         answer = answer.decode("utf-8", "replace")
     if isinstance(answer, str):
-        answer = _decode(answer)
+        try:
+            answer = extract_json(answer)
+        except ValueError:
+            return None
     if not isinstance(answer, Mapping):
         return None
     servers = answer.get("servers")

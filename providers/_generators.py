@@ -9,11 +9,9 @@ whose message says what came back, with credentials redacted.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
@@ -22,6 +20,7 @@ from urllib.parse import urlsplit
 import trio
 
 from .._errors import ConfigError, ProviderError
+from .._json_text import extract_json
 from ._decision_loop import envelope_message
 from ._http import (
     AsyncJsonClient,
@@ -37,33 +36,6 @@ from ._http import (
 GENERATOR_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=8.0, jitter=0.25)
 
 _EXCERPT_CHARS = 200
-#: How many ``{`` in a prose answer are tried as the start of the JSON.
-_MAX_BRACES = 16
-_DECODER = json.JSONDecoder()
-_FENCE = re.compile(r"```[\w+-]*[ \t]*\n?(.*?)```", re.DOTALL)
-
-
-def extract_json(text: str) -> object:
-    """The JSON value in a model's answer.
-
-    Tries the first fenced block (or else the whole text), then the object at
-    each of its first few ``{``, so prose around the JSON does no harm.
-
-    Raises:
-        ValueError: nothing in ``text`` parses.
-    """
-    fenced = _FENCE.search(text)
-    body = (fenced.group(1) if fenced else text).strip()
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
-        pass
-    for brace in itertools.islice(re.finditer(r"\{", body), _MAX_BRACES):
-        try:
-            return _DECODER.raw_decode(body, brace.start())[0]
-        except (ValueError, RecursionError):
-            continue
-    raise ValueError("no JSON value in the answer")
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

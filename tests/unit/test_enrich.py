@@ -7,17 +7,14 @@ import copy
 import json
 import os
 import re
-import threading
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from loopback.chat_vendor import Answer, Vendor, serve_chat
 
 from toolroute import CacheWarning, Catalog, ProviderError, Tool, ToolIndex
 from toolroute._enrich import (
@@ -447,66 +444,12 @@ def test_store_merges_with_what_another_writer_saved(tmp_path: Path) -> None:
 FAST = RetryPolicy(retries=0, backoff_s=0.01, max_backoff_s=0.02, jitter=0.0)
 
 
-@dataclass
-class Answer:
-    status: int = 200
-    respond: Callable[[str], object] = answer_all
-
-
-class Vendor(ThreadingHTTPServer):
-    """OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` on 127.0.0.1."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _VendorHandler)
-        self.script: deque[Answer] = deque()
-        self.prompts: list[str] = []
-        self.lock = threading.Lock()
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _VendorHandler(BaseHTTPRequestHandler):
-    server: Vendor
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        prompt = payload["messages"][-1]["content"]
-        with self.server.lock:
-            self.server.prompts.append(prompt)
-            answer = self.server.script.popleft() if self.server.script else Answer()
-        text = json.dumps(answer.respond(prompt))
-        if answer.status != 200:
-            body: object = {"error": {"type": "api_error", "message": "down"}}
-        elif self.path == "/v1/messages":
-            body = {"content": [{"type": "text", "text": text}]}
-        else:
-            body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]}
-        data = json.dumps(body).encode()
-        self.send_response(answer.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture
 def vendor() -> Iterator[Vendor]:
-    server = Vendor()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
+    """The scripted chat model, answering every enrichment prompt by default."""
+    with serve_chat() as server:
+        server.default = Answer(lambda prompt: json.dumps(answer_all(prompt)))
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture(params=["openai", "anthropic"])
@@ -547,7 +490,7 @@ async def test_loopback_enriches_then_serves_from_cache(
 async def test_loopback_server_error_keeps_originals(
     vendor: Vendor, generator: Any, tmp_path: Path
 ) -> None:
-    vendor.script.extend([Answer(status=500)])
+    vendor.then(Answer(status=500))
     result = await enrich_tools(tools(4), generator, cache_dir=tmp_path, batch=2, concurrency=1)
     assert result.failed == 2
     assert len(result.texts) == 2

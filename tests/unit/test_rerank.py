@@ -4,12 +4,9 @@ clock, and the real generators against a loopback HTTP server."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -17,6 +14,7 @@ import trio
 import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
+from loopback.chat_vendor import Answer, Vendor, serve_chat
 
 from toolroute import Catalog, Outcome, ProviderError, Ranking, Tool, ToolIndex
 from toolroute._rerank import (
@@ -389,91 +387,10 @@ async def test_the_callers_cancel_scope_still_cancels(
 FAST = RetryPolicy(retries=1, backoff_s=0.01, max_backoff_s=0.02, jitter=0.0)
 
 
-@dataclass
-class Answer:
-    """One scripted reply: the model's text (or a function of the prompt), or a raw body."""
-
-    content: str | Callable[[str], str] = '{"tools": []}'
-    status: int = 200
-    raw: bytes | None = None
-    hang_s: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class Vendor(ThreadingHTTPServer):
-    """OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` on 127.0.0.1."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _VendorHandler)
-        self.script: deque[Answer] = deque()
-        self.prompts: list[str] = []
-        self.paths: list[str] = []
-        self.lock = threading.Lock()
-        self.release = threading.Event()
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def then(self, *answers: Answer) -> None:
-        with self.lock:
-            self.script.extend(answers)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up hangs up early: that is the test working
-
-
-class _VendorHandler(BaseHTTPRequestHandler):
-    server: Vendor
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        prompt = payload["messages"][-1]["content"]
-        with self.server.lock:
-            self.server.prompts.append(prompt)
-            self.server.paths.append(self.path)
-            answer = self.server.script.popleft() if self.server.script else Answer()
-        if answer.hang_s:
-            self.server.release.wait(answer.hang_s)
-        text = answer.content(prompt) if callable(answer.content) else answer.content
-        if answer.raw is not None:
-            data = answer.raw
-        elif answer.status != 200:
-            data = json.dumps({"error": {"type": "rate_limit_error", "message": "slow"}}).encode()
-        elif self.path == "/v1/chat/completions":
-            message = {"role": "assistant", "content": text}
-            data = json.dumps({"choices": [{"index": 0, "message": message}]}).encode()
-        elif self.path == "/v1/messages":
-            data = json.dumps({"content": [{"type": "text", "text": text}]}).encode()
-        else:
-            self.send_error(404)
-            return
-        self.send_response(answer.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in answer.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture
 def vendor() -> Iterator[Vendor]:
-    server = Vendor()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
+    with serve_chat() as server:
         yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture(params=["openai", "anthropic"])

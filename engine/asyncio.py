@@ -30,12 +30,12 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from ._catalog import Catalog, Tool
-from ._decision import DecisionRequest, DecisionResult
-from ._engine import Engine, StepSelection
-from ._engine import open_engine as open_trio_engine
-from ._routing import RoutingOutcome
-from ._selection import Selection
+from ._core.catalog import Catalog, Tool
+from ._core.decision import DecisionRequest, DecisionResult
+from ._core.selection import Selection
+from ._routing.pipeline import RoutingOutcome
+from ._runtime.engine import Engine, StepSelection
+from ._runtime.engine import open_engine as open_trio_engine
 
 T = TypeVar("T")
 

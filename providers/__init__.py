@@ -1,5 +1,8 @@
 """Everything in toolroute that talks to a model."""
 
+from .._core.protocols import Decider as Decider
+from .._core.protocols import Embedder as Embedder
+from .._core.protocols import Generator as Generator
 from ._decision_loop import HttpDecider as HttpDecider
 from ._default_decider import default_decider as default_decider
 from ._generators import AnthropicGenerator as AnthropicGenerator
@@ -11,9 +14,6 @@ from ._minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._minilm import default_embedder as default_embedder
 from ._openai_decisions import OpenAIDecisionsDecider as OpenAIDecisionsDecider
 from ._openai_embeddings import OpenAIEmbedder as OpenAIEmbedder
-from ._protocols import Decider as Decider
-from ._protocols import Embedder as Embedder
-from ._protocols import Generator as Generator
 from ._scaledown import ScaleDownDecider as ScaleDownDecider
 from ._system_one import ClefDecider as ClefDecider
 from ._system_one import LayaDecider as LayaDecider

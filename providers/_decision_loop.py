@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import attrs
 import trio
 
-from .._decision import (
+from .._core.decision import (
     Answer,
     BooleanQuestion,
     ChoiceQuestion,
@@ -29,10 +29,10 @@ from .._decision import (
     Question,
     Usage,
 )
-from .._decision_limits import DecisionLimits, check_request
-from .._decision_wire import read_answers, read_usage
-from .._errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
-from .._media import PreparedMedia, prepare_media
+from .._core.decision_limits import DecisionLimits, check_request
+from .._core.decision_wire import read_answers, read_usage
+from .._core.errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
+from .._core.media import PreparedMedia, prepare_media
 from ._http import (
     AsyncJsonClient,
     AsyncTransport,

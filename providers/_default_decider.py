@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._errors import ConfigError
+from .._core.errors import ConfigError
 from ._decision_loop import HttpDecider
 from ._logprob import LogprobDecider
 from ._openai_decisions import OpenAIDecisionsDecider

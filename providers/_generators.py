@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 import trio
 
-from .._errors import ConfigError, ProviderError
-from .._json_text import extract_json
+from .._core.errors import ConfigError, ProviderError
+from .._core.json_text import extract_json
 from ._decision_loop import envelope_message
 from ._http import (
     AsyncJsonClient,

@@ -24,7 +24,7 @@ import attrs
 import httpx
 import trio
 
-from .._errors import ConfigError, ProviderError
+from .._core.errors import ConfigError, ProviderError
 
 #: The transport type a test may hand to :class:`JsonClient`; re-exported so
 #: that no other module needs to import httpx for a type annotation.

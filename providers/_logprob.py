@@ -13,10 +13,10 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
-from .._decision_limits import DecisionLimits
-from .._decision_wire import logger
-from .._errors import ConfigError, DecisionError
+from .._core.decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
+from .._core.decision_limits import DecisionLimits
+from .._core.decision_wire import logger
+from .._core.errors import ConfigError, DecisionError
 from ._decision_loop import DECISION_RETRY, Kind
 from ._http import AsyncTransport, Reply, RetryPolicy
 from ._openai_decisions import json_text, openai_error

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import EmbedderError, ModelIntegrityError
+from .._core.errors import EmbedderError, ModelIntegrityError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._decision import (
+from .._core.decision import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -28,10 +28,10 @@ from .._decision import (
     Question,
     ScoreQuestion,
 )
-from .._decision_limits import DecisionLimits, MediaLimits
-from .._decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from .._errors import ConfigError, DecisionError
-from .._media import PreparedMedia
+from .._core.decision_limits import DecisionLimits, MediaLimits
+from .._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from .._core.errors import ConfigError, DecisionError
+from .._core.media import PreparedMedia
 from ._decision_loop import DECISION_RETRY, Decoded, HttpDecider, Kind, envelope_message
 from ._http import AsyncTransport, Reply, RetryPolicy
 

@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import ConfigError, ProviderError
+from .._core.errors import ConfigError, ProviderError
 from ._http import JsonClient, RetryPolicy, Transport, _number, check_base_url
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

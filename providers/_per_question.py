@@ -12,16 +12,16 @@ from typing import ClassVar
 import attrs
 import trio
 
-from .._decision import (
+from .._core.decision import (
     Answer,
     DecisionRequest,
     DecisionResult,
     Question,
     Usage,
 )
-from .._decision_limits import check_request
-from .._decision_wire import logger
-from .._errors import DecisionError
+from .._core.decision_limits import check_request
+from .._core.decision_wire import logger
+from .._core.errors import DecisionError
 from ._decision_loop import HttpDecider, Kind
 from ._openai_decisions import state_text
 

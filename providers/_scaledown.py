@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._decision import (
+from .._core.decision import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
@@ -27,9 +27,9 @@ from .._decision import (
     Usage,
     is_probability,
 )
-from .._decision_limits import DecisionLimits
-from .._decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from .._errors import DecisionError
+from .._core.decision_limits import DecisionLimits
+from .._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from .._core.errors import DecisionError
 from ._decision_loop import DECISION_RETRY, Kind, envelope_message, status_kind
 from ._http import AsyncTransport, Reply, RetryPolicy
 from ._openai_decisions import json_text

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from .._decision import DecisionRequest
-from .._decision_limits import DecisionLimits, MediaLimits, ModelLimits
-from .._decision_wire import read_answers, read_usage
-from .._errors import ConfigError, DecisionError
-from .._media import PreparedMedia, image_size
+from .._core.decision import DecisionRequest
+from .._core.decision_limits import DecisionLimits, MediaLimits, ModelLimits
+from .._core.decision_wire import read_answers, read_usage
+from .._core.errors import ConfigError, DecisionError
+from .._core.media import PreparedMedia, image_size
 from ._decision_loop import (
     DECISION_RETRY,
     Decoded,

@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from toolroute import Catalog, ConfigError, Outcome
-from toolroute._config import Deadlines, EngineConfig, SelectionDefaults, WarmupConfig
-from toolroute._engine import open_engine
+from toolroute._core.config import Deadlines, EngineConfig, SelectionDefaults, WarmupConfig
+from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
 
 TOOLS = Catalog.from_plain(
@@ -358,7 +358,7 @@ async def test_search_tools_rejects_bad_arguments(
 
 
 def test_search_tools_definitions_read_back_as_catalogues() -> None:
-    from toolroute._search_tool import search_tools_definition
+    from toolroute._core.search_tool import search_tools_definition
 
     assert Catalog.from_openai([search_tools_definition("openai")]).ids == ("search_tools",)
     assert Catalog.from_openai([search_tools_definition("openai-responses")]).ids == (

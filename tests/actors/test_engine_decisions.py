@@ -17,14 +17,14 @@ from toolroute import (
     Outcome,
     RoutingConfig,
 )
-from toolroute._config import (
+from toolroute._core.config import (
     DecisionConfig,
     EngineConfig,
     RoutingSessionConfig,
     SelectionDefaults,
 )
-from toolroute._engine import open_engine
-from toolroute._events import DecisionFinished, FailOpen, RoutingFinished
+from toolroute._core.events import DecisionFinished, FailOpen, RoutingFinished
+from toolroute._runtime.engine import open_engine
 
 CATALOG = Catalog.from_mcp_servers(
     {

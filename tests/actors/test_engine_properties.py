@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import Catalog, EngineConfig, Outcome, ToolIndex
-from toolroute._config import Deadlines, WarmupConfig
-from toolroute._engine import open_engine
+from toolroute._core.config import Deadlines, WarmupConfig
+from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
 
 EMBED_S = 0.05

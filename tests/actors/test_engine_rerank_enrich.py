@@ -10,9 +10,9 @@ import trio
 import trio.testing
 
 from toolroute import Catalog, Outcome
-from toolroute._config import EngineConfig, EnrichmentConfig, RerankConfig
-from toolroute._engine import open_engine
-from toolroute._events import FailOpen
+from toolroute._core.config import EngineConfig, EnrichmentConfig, RerankConfig
+from toolroute._core.events import FailOpen
+from toolroute._runtime.engine import open_engine
 
 TOOLS = Catalog.from_plain(
     [

@@ -11,14 +11,14 @@ import pytest
 import trio
 
 from toolroute import Catalog, ConfigError, Outcome, Tool, ToolSet
-from toolroute._config import (
+from toolroute._core.config import (
     DedupConfig,
     EngineConfig,
     SelectionDefaults,
     SessionConfig,
     WarmupConfig,
 )
-from toolroute._engine import open_engine
+from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
 
 TOOLS = Catalog.from_plain(

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError
-from toolroute._events import Event, WarmupProgress
-from toolroute._hub import Delivery, EventHub, HubStatistics
+from toolroute._core.events import Event, WarmupProgress
+from toolroute._runtime.hub import Delivery, EventHub, HubStatistics
 
 
 def progress(n: int) -> WarmupProgress:

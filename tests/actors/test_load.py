@@ -10,8 +10,8 @@ import pytest
 import trio
 
 from toolroute import Catalog, EngineConfig, Outcome
-from toolroute._config import Deadlines, WarmupConfig
-from toolroute._engine import open_engine
+from toolroute._core.config import Deadlines, WarmupConfig
+from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
 
 WORDS = (

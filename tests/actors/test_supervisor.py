@@ -10,11 +10,11 @@ import trio
 import trio.testing
 
 from toolroute import Catalog, EngineConfig, Outcome
-from toolroute._config import Deadlines, WarmupConfig
-from toolroute._engine import open_engine
-from toolroute._errors import EngineCrashed
-from toolroute._events import ServiceRestarted
-from toolroute._supervisor import RestartPolicy, run_supervised
+from toolroute._core.config import Deadlines, WarmupConfig
+from toolroute._core.errors import EngineCrashed
+from toolroute._core.events import ServiceRestarted
+from toolroute._runtime.engine import open_engine
+from toolroute._runtime.supervisor import RestartPolicy, run_supervised
 from toolroute.providers import HashingEmbedder
 
 TOOLS = Catalog.from_plain(

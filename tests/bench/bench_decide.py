@@ -66,8 +66,8 @@ from toolroute import (  # noqa: E402
     route_servers,
     try_decide,
 )
-from toolroute._decide import decide_in_batches  # noqa: E402
-from toolroute._decision import decision_key  # noqa: E402
+from toolroute._core.decision import decision_key  # noqa: E402
+from toolroute._decisions.run import decide_in_batches  # noqa: E402
 from toolroute.providers import LayaDecider, TypeSafeDecider  # noqa: E402
 
 TARGET_RATIO = 0.8

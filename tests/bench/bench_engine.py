@@ -32,8 +32,8 @@ sys.path.insert(0, str(HERE))
 from bench_recall import random_unit, synthetic_catalog  # noqa: E402
 
 from toolroute import Catalog, EmbeddingCache, EngineConfig, ToolIndex, load_queries, open_engine  # noqa: E402
-from toolroute._config import WarmupConfig  # noqa: E402
-from toolroute._text import embedding_text  # noqa: E402
+from toolroute._core.config import WarmupConfig  # noqa: E402
+from toolroute._core.text import embedding_text  # noqa: E402
 from toolroute.providers import default_embedder  # noqa: E402
 
 

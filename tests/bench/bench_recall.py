@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from toolroute import Catalog, EmbeddingCache, ToolIndex, evaluate, load_queries
-from toolroute._text import embedding_text, tokenize, tool_text
+from toolroute._core.text import embedding_text, tokenize, tool_text
 from toolroute.providers import default_embedder
 
 HERE = Path(__file__).resolve().parent
@@ -186,7 +186,7 @@ def scale_run(root: Path, cache_dir: Path, sizes: list[int]) -> list[dict[str, A
             timings["keyword"].append(index.select(q, strategy="keyword").latency_ms)
             t = time.perf_counter()
             scores = index.vectors.scores(qv[i % 32])
-            from toolroute._vectors import top_k
+            from toolroute._core.vectors import top_k
 
             top_k(scores, 5)
             timings["vector"].append((time.perf_counter() - t) * 1000)

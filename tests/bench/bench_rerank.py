@@ -32,7 +32,7 @@ import numpy as np
 import trio
 
 from toolroute import Catalog, Tool, ToolIndex, load_queries
-from toolroute._rerank import (
+from toolroute._judge.rerank import (
     RERANK_TOOL_LIMIT,
     build_prompt,
     candidate_line,

@@ -42,8 +42,8 @@ import numpy as np
 import numpy.typing as npt
 
 from toolroute import Catalog, dedupe_tools
-from toolroute._catalog import Tool
-from toolroute._text import embedding_text, split_identifier
+from toolroute._core.catalog import Tool
+from toolroute._core.text import embedding_text, split_identifier
 from toolroute.providers import HashingEmbedder, default_embedder
 
 HERE = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from toolroute import Catalog, ToolIndex, load_queries
-from toolroute._text import tokenize, tool_text
+from toolroute._core.text import tokenize, tool_text
 from toolroute.providers import default_embedder
 
 HERE = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolroute._cli import main
+from toolroute._cli.main import main
 
 TOOLS = [
     {"name": "createLinearIssue", "description": "Create a new issue in Linear", "parameters": {}},

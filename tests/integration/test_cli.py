@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolroute._cli import main
+from toolroute._cli.main import main
 
 TOOLS = [
     {

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute._cache import (
+from toolroute._stores.embedding_cache import (
     CacheWarning,
     EmbeddingCache,
     decode_table,

@@ -15,9 +15,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute._decide import decide, decide_in_batches, try_decide
-from toolroute._decision import BooleanQuestion, DecisionRequest
-from toolroute._errors import DecisionError
+from toolroute._core.decision import BooleanQuestion, DecisionRequest
+from toolroute._core.errors import DecisionError
+from toolroute._decisions.run import decide, decide_in_batches, try_decide
 from toolroute.providers import LayaDecider
 
 #: The issue asks for at least 1,000 examples per property in CI.
@@ -217,8 +217,8 @@ async def test_try_decide_without_provider_is_none(monkeypatch: pytest.MonkeyPat
 @given(faults=st.lists(st.sampled_from(FAULTS), min_size=1, max_size=3), key=keys)
 def test_no_key_reaches_engine_events(faults: list[str], key: str) -> None:
     from toolroute import Catalog, Server
-    from toolroute._engine import open_engine
-    from toolroute._events import to_json
+    from toolroute._core.events import to_json
+    from toolroute._runtime.engine import open_engine
 
     catalog = Catalog.from_mcp_servers(
         {s: {"tools": [{"name": f"{s}_tool", "description": f"Works with {s}"}]} for s in "abc"}

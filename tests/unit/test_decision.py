@@ -29,9 +29,9 @@ from toolroute import (
     read_choice,
     read_score,
 )
-from toolroute._decision import decision_key, merge_results, split_questions
-from toolroute._decision_limits import ModelLimits, check_request, estimate_tokens
-from toolroute._decision_wire import MalformedAnswer, read_answer, read_answers, read_usage
+from toolroute._core.decision import decision_key, merge_results, split_questions
+from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
+from toolroute._core.decision_wire import MalformedAnswer, read_answer, read_answers, read_usage
 
 YES = BooleanQuestion("The request needs billing.")
 TEAM = ChoiceQuestion("Which team?", {"billing": "money", "technical": None, "sales": None})

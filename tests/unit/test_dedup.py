@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute._catalog import Catalog, Tool
-from toolroute._dedup import (
+from toolroute._core.catalog import Catalog, Tool
+from toolroute._core.dedup import (
     DedupResult,
     Removed,
     _leaders_join,
@@ -20,7 +20,7 @@ from toolroute._dedup import (
     signature,
     signature_tokens,
 )
-from toolroute._errors import ConfigError
+from toolroute._core.errors import ConfigError
 
 QUERY = {"type": "object", "properties": {"query": {"type": "string"}}}
 

@@ -17,7 +17,9 @@ import trio.testing
 from loopback.chat_vendor import Answer, Vendor, serve_chat
 
 from toolroute import CacheWarning, Catalog, ProviderError, Tool, ToolIndex
-from toolroute._enrich import (
+from toolroute._core.keyword import KeywordIndex
+from toolroute._core.text import embedding_text, keyword_document, tokenize
+from toolroute._judge.enrich import (
     ENRICH_SCHEMA,
     MAX_PHRASE_CHARS,
     MAX_PHRASES,
@@ -32,8 +34,6 @@ from toolroute._enrich import (
     parse_enrich_reply,
     tool_labels,
 )
-from toolroute._keyword import KeywordIndex
-from toolroute._text import embedding_text, keyword_document, tokenize
 from toolroute.providers import Generator, RetryPolicy
 from toolroute.providers._generators import AnthropicGenerator, OpenAICompatibleGenerator
 

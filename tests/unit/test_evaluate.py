@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, Query, evaluate, load_queries, split_of
-from toolroute._evaluate import TEST_SPLIT_BYTE, latency_summary, wilson
+from toolroute._core.evaluate import TEST_SPLIT_BYTE, latency_summary, wilson
 
 # -- split --------------------------------------------------------------------------------------
 

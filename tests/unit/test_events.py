@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, Outcome
-from toolroute._events import (
+from toolroute._core.events import (
     CatalogUpdated,
     DecisionFinished,
     Event,

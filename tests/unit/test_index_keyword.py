@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pytest
 
 from toolroute import Catalog, ConfigError, Outcome, Ranking, Selection, ToolIndex
-from toolroute._text import embedding_text
+from toolroute._core.text import embedding_text
 from toolroute.providers import Embedder, HashingEmbedder
 
 CATALOG = Catalog.from_plain(

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from toolroute._decision import (
+from toolroute._core.decision import (
     BooleanAnswer,
     BooleanQuestion,
     ChoiceAnswer,
@@ -24,7 +24,7 @@ from toolroute._decision import (
     ScoreQuestion,
     Usage,
 )
-from toolroute._errors import DecisionError, DecisionErrorKind
+from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute.providers import (
     LogprobDecider,
     OpenAIDecisionsDecider,
@@ -447,7 +447,7 @@ async def test_openai_base_url_drops_v1_and_model_overrides() -> None:
 
 
 def test_openai_safety_identifier_is_checked() -> None:
-    from toolroute._errors import ConfigError
+    from toolroute._core.errors import ConfigError
 
     with pytest.raises(ConfigError):
         OpenAIDecisionsDecider(api_key=KEY, safety_identifier="x" * 129)
@@ -795,7 +795,7 @@ async def test_logprob_errors_use_the_openai_envelope() -> None:
 
 
 def test_logprob_config_is_checked() -> None:
-    from toolroute._errors import ConfigError
+    from toolroute._core.errors import ConfigError
 
     with pytest.raises(ConfigError):
         LogprobDecider(model=" ")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from loopback.chat_vendor import Answer, Vendor, serve_chat
 
 from toolroute import Catalog, Outcome, ProviderError, Ranking, Tool, ToolIndex
-from toolroute._rerank import (
+from toolroute._judge.rerank import (
     MAX_DESCRIPTION_CHARS,
     RERANK_SCHEMA,
     RERANK_TOOL_LIMIT,

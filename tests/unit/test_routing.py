@@ -13,16 +13,17 @@ import trio
 import trio.testing
 
 from toolroute import Catalog, ConfigError, Outcome, Server, Tool
-from toolroute._decision import (
+from toolroute._core.decision import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
     DecisionRequest,
     DecisionResult,
 )
-from toolroute._decision_limits import DecisionLimits
-from toolroute._errors import DecisionError, DecisionErrorKind
-from toolroute._routing import (
+from toolroute._core.decision_limits import DecisionLimits
+from toolroute._core.errors import DecisionError, DecisionErrorKind
+from toolroute._routing.generative import DEFAULT_PROMPT_OPENING, SCHEMA, router_prompt
+from toolroute._routing.pipeline import (
     Candidate,
     RoutingConfig,
     RoutingOutcome,
@@ -34,7 +35,6 @@ from toolroute._routing import (
     routing_request,
     server_question,
 )
-from toolroute._routing_generative import DEFAULT_PROMPT_OPENING, SCHEMA, router_prompt
 from toolroute.providers import HashingEmbedder
 
 Answers = Callable[[DecisionRequest], Mapping[str, Answer]]

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import Outcome, Server
-from toolroute._decision import (
+from toolroute._core.decision import (
     Answer,
     BooleanAnswer,
     BooleanGate,
@@ -26,9 +26,9 @@ from toolroute._decision import (
     ScoreAnswer,
     gate_boolean,
 )
-from toolroute._decision_limits import DecisionLimits
-from toolroute._errors import DecisionError, DecisionErrorKind
-from toolroute._routing import RoutingConfig, RoutingOutcome, route_servers
+from toolroute._core.decision_limits import DecisionLimits
+from toolroute._core.errors import DecisionError, DecisionErrorKind
+from toolroute._routing.pipeline import RoutingConfig, RoutingOutcome, route_servers
 
 #: The issue asks for at least 1,000 examples per property in CI.
 EXAMPLES = 1000 if os.environ.get("CI") else 100

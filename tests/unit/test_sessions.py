@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError
-from toolroute._sessions import SessionStore
+from toolroute._stores.sessions import SessionStore
 
 
 class Clock:

@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 
 from toolroute import Tool, tokenize
-from toolroute._text import STOPWORDS, embedding_text, keyword_document, split_identifier, tool_text
+from toolroute._core.text import (
+    STOPWORDS,
+    embedding_text,
+    keyword_document,
+    split_identifier,
+    tool_text,
+)
 
 # -- split_identifier ---------------------------------------------------------------------------
 

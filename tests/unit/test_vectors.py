@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from toolroute._vectors import VectorIndex, top_k
+from toolroute._core.vectors import VectorIndex, top_k
 
 
 def f32(*values: float) -> np.ndarray:

@@ -1,0 +1,352 @@
+"""The ``toolroute`` command: select, eval, route, demo and bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .._core.catalog import Catalog
+from .._core.errors import ToolrouteError
+from .._core.evaluate import evaluate, load_queries
+from .._core.index import STRATEGIES, Progress, ToolIndex
+from .._core.selection import Selection
+
+EMBEDDERS = ("minilm", "hashing", "none")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    if argv[:1] == ["bench"]:  # its options belong to the benchmark script
+        args = argparse.Namespace(run=_run_bench, bench_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
+    try:
+        result: int = args.run(args)
+        return result
+    except ToolrouteError as exc:
+        print(f"toolroute: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `toolroute ... | head` is not an error
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolroute", description="Choose the few tools an LLM agent should see."
+    )
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    select = commands.add_parser("select", help="pick tools for one or more requests")
+    _index_options(select)
+    select.add_argument("--max-tools", type=int, default=5, help="ceiling on ranked picks (5)")
+    select.add_argument("--threshold", type=float, default=None, help="minimum score")
+    select.add_argument("--no-adaptive", action="store_true", help="do not cut at the elbow")
+    select.add_argument("--json", action="store_true", help="print JSON lines")
+    select.add_argument("query", nargs="+", help="the request(s)")
+    select.set_defaults(run=_run_select)
+
+    ev = commands.add_parser("eval", help="score retrieval against labelled queries")
+    _index_options(ev)
+    ev.add_argument("--queries", required=True, help='[{"query": str, "expected": str | [str]}]')
+    ev.add_argument("--k", default="1,3,5", type=_ks, help="cut-offs, comma separated (1,3,5)")
+    ev.add_argument(
+        "--split",
+        choices=("all", "dev", "test"),
+        default="all",
+        help="the fixed sha1 split of the queries to score (all)",
+    )
+    ev.add_argument("--sample", type=int, default=None, help="score a seeded sample of N queries")
+    ev.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.set_defaults(run=_run_eval)
+
+    bench = commands.add_parser(
+        "bench",
+        help="side-by-side benchmark against toolpick, semantic-router and bm25s",
+        add_help=False,
+    )
+    bench.set_defaults(run=_run_bench)
+
+    route = commands.add_parser(
+        "route", help="which MCP servers a request needs (a decision provider from the env)"
+    )
+    route.add_argument(
+        "--tools", default=None, help="tool definitions with servers (the demo catalogue)"
+    )
+    route.add_argument("--format", default=None, help="tool file format (auto-detected)")
+    route.add_argument(
+        "--provider", default=None, help="decision provider name (from the environment)"
+    )
+    route.add_argument("--deadline", type=float, default=15.0, help="seconds for the call (15)")
+    route.add_argument("--json", action="store_true", help="print JSON lines")
+    route.add_argument("query", nargs="+", help="the request(s)")
+    route.set_defaults(run=_run_route)
+
+    demo = commands.add_parser("demo", help="route scripted requests over a bundled catalogue")
+    demo.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="(minilm)")
+    demo.add_argument("--cache-dir", default=None, help="embedding cache directory")
+    demo.add_argument(
+        "--json", action="store_true", help="stream the agent part's events as JSON lines"
+    )
+    demo.set_defaults(run=_run_demo)
+    return parser
+
+
+def _index_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tools", required=True, help="tool definitions (any supported format)")
+    parser.add_argument("--format", default=None, help="tool file format (auto-detected)")
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=None,
+        help="recall strategy (combined; keyword with --embedder none)",
+    )
+    parser.add_argument("--embedder", choices=EMBEDDERS, default="minilm", help="(minilm)")
+    parser.add_argument("--cache-dir", default=None, help="embedding cache directory")
+    parser.add_argument("--no-cache", action="store_true", help="do not cache embeddings")
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not ks or ks[0] < 1:
+        raise argparse.ArgumentTypeError(f"cut-offs must be positive integers, got {text!r}")
+    return ks
+
+
+def _build(
+    args: argparse.Namespace, catalog: Catalog, progress: Progress | None = None
+) -> ToolIndex:
+    embedder: Any
+    if args.embedder == "none":
+        embedder = None
+    elif args.embedder == "hashing":
+        from ..providers import HashingEmbedder
+
+        embedder = HashingEmbedder()
+    else:
+        from ..providers import default_embedder
+
+        embedder = default_embedder()
+    kwargs: dict[str, Any] = {"embedder": embedder, "progress": progress}
+    if getattr(args, "no_cache", False):
+        kwargs["cache"] = None
+    elif args.cache_dir:
+        kwargs["cache"] = args.cache_dir
+    # otherwise ToolIndex uses the user cache directory
+    return ToolIndex(catalog, strategy=getattr(args, "strategy", None), **kwargs)
+
+
+def _run_select(args: argparse.Namespace) -> int:
+    index = _build(args, Catalog.from_file(args.tools, format=args.format))
+    for query in args.query:
+        selection = index.select(
+            query,
+            max_tools=args.max_tools,
+            threshold=args.threshold,
+            adaptive=not args.no_adaptive,
+        )
+        if args.json:
+            print(json.dumps({"query": query, **_selection_json(selection)}, ensure_ascii=False))
+        else:
+            _print_selection(query, selection, index.catalog)
+    return 0
+
+
+def _selection_json(selection: Selection) -> dict[str, Any]:
+    data = attrs.asdict(selection)
+    data["outcome"] = str(selection.outcome)
+    data["latency_ms"] = round(selection.latency_ms, 3)
+    return data
+
+
+def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None:
+    status = (
+        "" if selection.outcome == "applied" else f"  [{selection.outcome}: {selection.reason}]"
+    )
+    print(f"{query}\n  {selection.strategy}, {selection.latency_ms:.1f} ms{status}")
+    for rank, (tool_id, score, source) in enumerate(
+        zip(selection.tool_ids, selection.scores, selection.sources, strict=True), 1
+    ):
+        shown = "    -" if score is None else f"{score:5.3f}"
+        note = "" if source == "ranked" else f"  ({source})"
+        server = catalog[tool_id].server
+        where = f"  [{server}]" if server else ""
+        print(f"  {rank:2d}. {shown}  {tool_id}{where}{note}")
+    if not selection.tool_ids:
+        print("  (no tool)")
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    catalog = Catalog.from_file(args.tools, format=args.format)
+    queries = load_queries(args.queries)
+    if args.split != "all":
+        queries = [q for q in queries if q.split == args.split]
+    if args.sample is not None and args.sample < len(queries):
+        queries = random.Random(args.seed).sample(queries, args.sample)
+    index = _build(args, catalog, None if args.json else _progress_printer())
+    k = max([*args.k, 5])
+    rankings, latencies = [], []
+    for query in queries:
+        started = time.perf_counter()
+        ranking = index.search(query.text, k)
+        latencies.append((time.perf_counter() - started) * 1000.0)
+        rankings.append(ranking.tool_ids)
+    report = evaluate(queries, rankings, latencies, ks=args.k)
+    report["build_s"] = index.build_s
+    report["strategy"] = index.strategy
+    report["degraded"] = index.degraded_reason
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    print(
+        f"{report['n']} queries ({report['n_no_tool']} without an expected tool skipped), "
+        f"{len(catalog)} tools, strategy {index.strategy}, build {index.build_s:.2f} s"
+    )
+    ci: dict[str, list[float]] = report["ci"]  # type: ignore[assignment]
+    for key in ["top1"] + [f"{m}@{k}" for k in args.k for m in ("hit", "recall", "completeness")]:
+        interval = ci.get("hit@1" if key == "top1" else key)
+        band = f"  [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+        print(f"  {key:16s} {report[key]:.3f}{band}")
+    latency: dict[str, float] = report["latency_ms"]  # type: ignore[assignment]
+    print(f"  {'mrr':16s} {report['mrr']:.3f}")
+    print(f"  latency ms       p50 {latency['p50']:.2f}  p95 {latency['p95']:.2f}")
+    return 0
+
+
+def _progress_printer() -> Progress:
+    def report(done: int, total: int) -> None:
+        if total == 0:
+            return
+        end = "\n" if done >= total else ""
+        print(f"\rembedding tools: {done}/{total}", end=end, file=sys.stderr, flush=True)
+
+    return report
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    data = resources.files("toolroute") / "data"
+    catalog = Catalog.from_data(json.loads((data / "demo_catalog.json").read_text("utf-8")))
+    requests = json.loads((data / "demo_requests.json").read_text("utf-8"))
+    print(
+        f"Demo catalogue: {len(catalog)} tools on {len(catalog.servers)} servers "
+        f"({', '.join(s.id for s in catalog.servers)})"
+    )
+    embedded = []
+
+    def progress(done: int, total: int) -> None:
+        embedded.append(total)
+        _progress_printer()(done, total)
+
+    index = _build(args, catalog, progress)
+    fresh = embedded[0] if embedded else 0
+    source = f"embedded {fresh} tools" if fresh else "all tool vectors from the cache"
+    print(f"Index ready in {index.build_s:.2f} s ({source}); strategy {index.strategy}\n")
+    found = total = 0
+    for item in requests:
+        selection = index.select(item["query"])
+        _print_selection(item["query"], selection, catalog)
+        wanted = [_tool_id(catalog, server, name) for server, name in item.get("expected", [])]
+        hits = [w for w in wanted if w in selection.tool_ids]
+        found += len(hits)
+        total += len(wanted)
+        if wanted:
+            print(f"  expected: {', '.join(wanted)} -> {len(hits)}/{len(wanted)} shown\n")
+    print(f"{found}/{total} expected tools shown across {len(requests)} requests")
+    print("\nAgent conversation through the trio engine (prepare_step), with its events:")
+    from .demo import run_agent_demo
+
+    run_agent_demo(catalog, index.embedder, args.cache_dir, args.json)
+    return 0
+
+
+def _run_route(args: argparse.Namespace) -> int:
+    import trio
+
+    from .._routing.pipeline import RoutingConfig, route_servers
+    from ..providers import default_decider
+
+    if args.tools:
+        catalog = Catalog.from_file(args.tools, format=args.format)
+    else:
+        data = resources.files("toolroute") / "data" / "demo_catalog.json"
+        catalog = Catalog.from_data(json.loads(data.read_text("utf-8")))
+    decider = default_decider(args.provider)
+    config = RoutingConfig(deadline_s=args.deadline, decision_deadline_s=args.deadline)
+    if not args.json:
+        print(
+            f"{len(catalog.servers)} servers; decision provider: "
+            f"{decider.name if decider else 'none configured (every server is kept)'}"
+        )
+
+    async def run() -> None:
+        for query in args.query:
+            outcome = await route_servers(query, catalog, decider=decider, config=config)
+            if args.json:
+                print(json.dumps({"query": query, **_routing_json(outcome)}))
+                continue
+            print(
+                f"\n{query}\n  {outcome.outcome} via {outcome.strategy}"
+                f" in {outcome.latency_ms:.0f} ms {outcome.reason}".rstrip()
+            )
+            print(f"  kept:    {', '.join(outcome.selected)}")
+            print(f"  dropped: {', '.join(outcome.excluded) or '-'}")
+        if decider is not None:
+            await decider.aclose()
+
+    trio.run(run)
+    return 0
+
+
+def _routing_json(outcome: Any) -> dict[str, Any]:
+    return {
+        "selected": list(outcome.selected),
+        "excluded": list(outcome.excluded),
+        "strategy": outcome.strategy,
+        "outcome": str(outcome.outcome),
+        "reason": outcome.reason,
+        "latency_ms": round(outcome.latency_ms, 3),
+        "answered": outcome.answered,
+    }
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    """Run ``tests/bench/peers_bench.py`` from the source checkout this package lives in."""
+    package_root = Path(__file__).resolve().parent.parent
+    for base in (package_root, Path.cwd()):
+        folder = base / "tests" / "bench"
+        if (folder / "peers_bench.py").is_file():
+            break
+    else:
+        raise ToolrouteError(
+            "toolroute bench runs from a source checkout: tests/bench/peers_bench.py was not "
+            "found next to the package or in the current directory"
+        )
+    sys.path.insert(0, str(folder))
+    import peers_bench  # type: ignore[import-not-found]
+
+    result: int = peers_bench.main(args.bench_args)
+    return result
+
+
+def _tool_id(catalog: Catalog, server: str, name: str) -> str:
+    for tool in catalog:
+        if tool.server == server and tool.name == name:
+            return tool.id
+    return f"{server}/{name}"

@@ -1,0 +1,182 @@
+"""Tools, servers and the immutable, ordered catalogue they live in."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from .errors import CatalogError, ConfigError
+
+#: Separator between server and tool name in a qualified tool id (keeps OpenAI's name rule).
+QUALIFIER = "__"
+
+
+def id_tuple(value: Iterable[str], field: str) -> tuple[str, ...]:
+    """A list of ids (or names) as a de-duplicated tuple; a bare string is a mistake."""
+    if isinstance(value, str):
+        raise ConfigError(f"{field} must be a list, not the string {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
+@attrs.frozen
+class Tool:
+    """One tool as the agent's model sees it.
+
+    Attributes:
+        id: unique within a catalogue; defaults to ``name``. Readers that import several
+            servers set ``f"{server}__{name}"`` when names clash.
+        name: the name the model sees (never checked against a vendor's character rule).
+        description: free text; may be empty.
+        parameters: JSON Schema of the arguments (``{}`` when the tool takes none). Treat it
+            as read-only: the catalogue shares it with every selection it serves.
+        server: the MCP server or namespace the tool comes from, if any.
+        annotations: MCP annotations (``readOnlyHint`` …) or other host metadata.
+        title: a human-readable title (MCP ``title``), if any.
+    """
+
+    id: str
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    server: str | None = None
+    annotations: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    title: str | None = None
+
+
+@attrs.frozen
+class Server:
+    """A server (or namespace) and the ids of its tools, in catalogue order."""
+
+    id: str
+    description: str = ""
+    tool_ids: tuple[str, ...] = ()
+
+
+@attrs.frozen(init=False)
+class Catalog:
+    """An ordered, immutable set of tools with unique ids.
+
+    Build one with a reader (``from_file``, ``from_openai``, ``from_anthropic``,
+    ``from_gemini``, ``from_mcp``, ``from_plain``) or directly from ``Tool`` objects.
+
+    Raises:
+        CatalogError: two tools share an id.
+    """
+
+    tools: tuple[Tool, ...]
+    servers: tuple[Server, ...]
+    _by_id: Mapping[str, int] = attrs.field(repr=False, eq=False, hash=False)
+
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        *,
+        server_descriptions: Mapping[str, str] | None = None,
+    ) -> None:
+        tools = tuple(tools)
+        by_id: dict[str, int] = {}
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, Tool):
+                raise CatalogError(f"tool {index}: expected a Tool, got {type(tool).__name__}")
+            first = by_id.setdefault(tool.id, index)
+            if first != index:
+                raise CatalogError(
+                    f"duplicate tool id {tool.id!r}: tool {first} and tool {index} share it"
+                )
+        descriptions = server_descriptions or {}
+        members: dict[str, list[str]] = {}
+        for tool in tools:
+            if tool.server is not None:
+                members.setdefault(tool.server, []).append(tool.id)
+        servers = tuple(
+            Server(name, descriptions.get(name, ""), tuple(ids)) for name, ids in members.items()
+        )
+        self.__attrs_init__(tools, servers, by_id)
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools)
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._by_id
+
+    def __getitem__(self, tool_id: str) -> Tool:
+        try:
+            return self.tools[self._by_id[tool_id]]
+        except KeyError:
+            raise KeyError(f"no tool with id {tool_id!r} in the catalogue") from None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(tool.id for tool in self.tools)
+
+    def position(self, tool_id: str) -> int:
+        """The tool's index in catalogue order."""
+        return self._by_id[tool_id]
+
+    # Readers live in ._readers; these wrappers keep the public names on the class.
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, format: str | None = None) -> Catalog:
+        """Read a JSON file in any supported format (auto-detected unless ``format`` is given).
+
+        Formats: ``openai`` (Chat Completions or Responses function tools), ``anthropic``,
+        ``gemini``, ``mcp`` (a ``tools/list`` result), ``mcp-servers``
+        (``{"servers": [{"name", "description", "tools"}]}``) and ``plain``
+        (``[{name, description, parameters}]`` or ``{name: {description, inputSchema}}``).
+
+        Raises:
+            CatalogError: the file is missing, is not JSON, or holds a malformed tool.
+        """
+        from .readers import read_file
+
+        return read_file(path, format=format)
+
+    @classmethod
+    def from_data(cls, data: object, *, format: str | None = None) -> Catalog:
+        """Like ``from_file`` for an already parsed JSON value."""
+        from .readers import read_data
+
+        return read_data(data, format=format)
+
+    @classmethod
+    def from_openai(cls, tools: object) -> Catalog:
+        """OpenAI function tools: ``{"type": "function", "function": {...}}`` or the flat form."""
+        return cls.from_data(tools, format="openai")
+
+    @classmethod
+    def from_anthropic(cls, tools: object) -> Catalog:
+        """Anthropic tools: ``{"name", "description", "input_schema"}``."""
+        return cls.from_data(tools, format="anthropic")
+
+    @classmethod
+    def from_gemini(cls, tools: object) -> Catalog:
+        """Gemini ``function_declarations`` (a Tool object, a list of them, or the bare list)."""
+        return cls.from_data(tools, format="gemini")
+
+    @classmethod
+    def from_mcp(cls, result: object, *, server: str | None = None) -> Catalog:
+        """An MCP ``tools/list`` result (or the JSON-RPC response holding one)."""
+        from .readers import read_mcp
+
+        return read_mcp(result, server=server)
+
+    @classmethod
+    def from_mcp_servers(cls, servers: Mapping[str, object]) -> Catalog:
+        """Several servers' ``tools/list`` results, ``{server: result}``.
+
+        Tool ids become ``f"{server}__{name}"`` where a name occurs on several servers.
+        """
+        from .readers import read_mcp_servers
+
+        return read_mcp_servers(servers)
+
+    @classmethod
+    def from_plain(cls, tools: object) -> Catalog:
+        """``[{name, description, parameters, server?}]`` or ``{name: {description, ...}}``."""
+        return cls.from_data(tools, format="plain")

@@ -1,0 +1,199 @@
+"""``EngineConfig``: every knob of the runtime, validated, with documented defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from attrs import validators as v
+from cattrs.v import format_exception
+
+from .._routing.pipeline import RoutingConfig
+from .._runtime.supervisor import RestartPolicy
+from .dedup import DEFAULT_THRESHOLD, MODES, DedupMode
+from .errors import ConfigError
+from .validators import rule
+
+_positive = rule(lambda v: v > 0, "positive")
+_non_negative = rule(lambda v: v >= 0, "at least 0")
+_at_least_one = rule(lambda v: v >= 1, "at least 1")
+_fraction = rule(lambda v: 0.0 <= v <= 1.0, "between 0 and 1")  # NaN fails too
+_dedup_mode = rule(lambda v: v in MODES, f"one of {', '.join(MODES)}")
+
+
+@attrs.frozen(kw_only=True)
+class SelectionDefaults:
+    """Policy used when a call does not say otherwise (see ``toolroute.Policy``)."""
+
+    max_tools: int = attrs.field(default=5, validator=_at_least_one)
+    threshold: float | None = None
+    adaptive: bool = True
+    always_active: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Ceiling on "show every tool" after two steps without a tool call.
+    all_tools_ceiling: int = attrs.field(default=128, validator=_at_least_one)
+    #: ``prepare_step`` also routes MCP servers (``config.routing``, the engine's decider) and
+    #: hides the tools of servers dropped on a confident "no". Off: a decision call per step.
+    route_servers: bool = attrs.field(default=False, validator=v.instance_of(bool))
+
+
+@attrs.frozen(kw_only=True)
+class Deadlines:
+    """Seconds each operation may take before it returns a fail-open result."""
+
+    #: Embedding one request; past it, recall is keyword-only (``degraded``). It bounds
+    #: ``select``, ``prepare_step`` and ``search_tools``, plus ``rerank.deadline_s`` in
+    #: ``select`` when re-ranking is on.
+    embed_s: float = attrs.field(default=0.25, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class WarmupConfig:
+    #: ``open_engine`` waits until tool embeddings are ready instead of serving keyword-only.
+    wait: bool = False
+    #: Tools embedded per worker-thread call (one progress event each).
+    batch: int = attrs.field(default=64, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class SessionConfig:
+    max_sessions: int = attrs.field(default=10_000, validator=_at_least_one)
+    idle_s: float = attrs.field(default=3600.0, validator=_positive)
+    #: Steps a tool set stays forced after its anchor activated it, so a follow-up ("now the
+    #: second one") still sees the set's members; 0 turns this off.
+    sticky_steps: int = attrs.field(default=3, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class DedupConfig:
+    """Near-duplicate tools dropped before indexing (``toolroute.dedupe_tools``)."""
+
+    #: Off: every mode merges some sibling tools at thresholds that find twins (README, Dedup).
+    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Similarity at which a tool folds into an earlier kept one: Jaccard of the signatures'
+    #: tokens, or the embedder's cosine for ``embedding``.
+    threshold: float = attrs.field(default=DEFAULT_THRESHOLD, validator=_fraction)
+    #: ``signature`` (name, description, schema), ``content`` (without the name) or
+    #: ``embedding`` (the engine's embedder, before ``open_engine`` returns).
+    mode: DedupMode = attrs.field(default="signature", validator=_dedup_mode)
+
+
+@attrs.frozen(kw_only=True)
+class RoutingSessionConfig:
+    """Memory of server routing across one session's turns (needs a session id)."""
+
+    #: Reuse a session's routing for the same query instead of asking again (off, as in
+    #: NeuroLink: a conversation's context can change what the same words need).
+    cache: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Seconds a cached routing stays valid.
+    cache_ttl_s: float = attrs.field(default=60.0, validator=_positive)
+    #: Cached routings kept across all sessions (least recently used dropped first).
+    cache_entries: int = attrs.field(default=256, validator=_at_least_one)
+    #: Routings for which a server the router selected stays kept (0: off; NeuroLink
+    #: uses 3 when stickiness is on), so a follow-up turn keeps the servers in use.
+    sticky_turns: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class DecisionConfig:
+    #: Batches in flight per decision provider, shared by every caller of the engine
+    #: (TypeSafe queues concurrent requests; Perplexity allows 10 requests/s).
+    concurrency: int = attrs.field(default=4, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class RerankConfig:
+    """Re-ranking of ``select``'s candidates by the engine's generator (toolpick semantics)."""
+
+    #: Off: it costs a chat-model call per request; worth it for slang and vague requests.
+    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Seconds the generator may take; past it the recall order is served (``degraded``).
+    deadline_s: float = attrs.field(default=2.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class EnrichmentConfig:
+    """Synonyms and informal phrasings added to each tool's recall text at warm-up."""
+
+    #: Off: it costs one generator call per ``batch`` tools on a cold cache.
+    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    #: Tools per generator call.
+    batch: int = attrs.field(default=20, validator=_at_least_one)
+    #: Generator calls in flight.
+    concurrency: int = attrs.field(default=2, validator=_at_least_one)
+    #: Seconds one call may take; a late batch keeps its tools' original text.
+    deadline_s: float = attrs.field(default=30.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class EventConfig:
+    #: Put the raw request text in events (off: only an HMAC with a per-engine random key).
+    include_queries: bool = False
+    #: Buffer of a subscriber that does not choose one.
+    buffer: int = attrs.field(default=256, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class EngineConfig:
+    """Configuration of ``open_engine``; every section has working defaults.
+
+    ``cache_dir`` ``None`` means the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides
+    it); ``cache=False`` turns the embedding cache off.
+    """
+
+    selection: SelectionDefaults = attrs.field(factory=SelectionDefaults)
+    deadlines: Deadlines = attrs.field(factory=Deadlines)
+    warmup: WarmupConfig = attrs.field(factory=WarmupConfig)
+    sessions: SessionConfig = attrs.field(factory=SessionConfig)
+    events: EventConfig = attrs.field(factory=EventConfig)
+    dedup: DedupConfig = attrs.field(factory=DedupConfig)
+    routing: RoutingConfig = attrs.field(factory=RoutingConfig)
+    routing_session: RoutingSessionConfig = attrs.field(factory=RoutingSessionConfig)
+    decision: DecisionConfig = attrs.field(factory=DecisionConfig)
+    rerank: RerankConfig = attrs.field(factory=RerankConfig)
+    enrichment: EnrichmentConfig = attrs.field(factory=EnrichmentConfig)
+    restarts: RestartPolicy = attrs.field(factory=RestartPolicy)
+    cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    cache: bool = attrs.field(default=True, validator=v.instance_of(bool))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> EngineConfig:
+        """Build from plain data (a parsed JSON/TOML file), e.g. ``{"deadlines": {"embed_s": 0.1}}``.
+
+        Raises:
+            ConfigError: an unknown key, a wrong type or an out-of-range value, named.
+        """
+        try:
+            return _converter.structure(dict(data), cls)
+        except ConfigError:
+            raise
+        except (cattrs.BaseValidationError, TypeError, ValueError) as exc:
+            raise ConfigError(f"invalid engine config: {_describe(exc)}") from None
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict_bool(value: Any, _type: Any) -> bool:
+    # cattrs would call bool(), so the string "false" would switch an option on.
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}")
+    return value
+
+
+_converter.register_structure_hook(bool, _strict_bool)
+# The mode's own validator names the choices; cattrs' Literal check would not.
+_converter.register_structure_hook_func(lambda type_: type_ == DedupMode, lambda value, _: value)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, cattrs.BaseValidationError):
+        return "; ".join(cattrs.transform_error(exc, format_exception=_format))
+    return str(exc)
+
+
+def _format(exc: BaseException, type_: Any) -> str:
+    # Our own validators already say what was expected and what came.
+    return str(exc) if isinstance(exc, ConfigError) else format_exception(exc, type_)

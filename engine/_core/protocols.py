@@ -1,0 +1,69 @@
+"""The seams between the engine and the models it uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from .decision import DecisionRequest, DecisionResult
+from .decision_limits import DecisionLimits
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit vectors, synchronously.
+
+    The engine calls ``embed`` from a worker thread. Implementations raise
+    ``toolroute.EmbedderError`` (or ``ProviderError`` for remote ones) when they
+    cannot produce vectors; the caller decides how to degrade.
+    """
+
+    #: Model and weights fingerprint; two embedders with equal identity give equal vectors.
+    identity: str
+    #: Vector width.
+    dim: int
+    #: The most texts one ``embed`` call sends to the model at once.
+    max_batch: int
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Vectors for ``texts``: float32 of shape ``(len(texts), dim)``, rows L2-normalised."""
+        ...
+
+
+@runtime_checkable
+class Decider(Protocol):
+    """Answers typed questions about a state: one request, one provider call.
+
+    ``decide`` is strict: it raises ``toolroute.DecisionError`` (with its
+    ``kind``) and refuses a request over ``limits`` before any network call.
+    Batching and fail-open live in ``toolroute.try_decide``.
+    """
+
+    #: The provider's canonical name (``typesafe``, ``laya`` …).
+    name: str
+    #: Caps, token-estimate rates and the default timeout.
+    limits: DecisionLimits
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        """Send one request; answers come back under the request's question ids."""
+        ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A chat model that answers a prompt with JSON matching a schema.
+
+    Callers bound the call with a trio cancel scope; implementations raise
+    ``toolroute.ProviderError`` when the model cannot be reached or answers
+    something that is not JSON.
+    """
+
+    #: The model (and endpoint) that generates; part of enrichment cache keys.
+    identity: str
+
+    async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
+        """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked."""
+        ...

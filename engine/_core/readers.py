@@ -1,0 +1,350 @@
+"""Readers from every vendor's tool-definition format into a ``Catalog``.
+
+Each reader validates at the edge and names the offending tool (index and name) and field.
+Nothing the caller passed in is mutated: schemas are copied as they are read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .catalog import QUALIFIER, Catalog, Tool
+from .errors import CatalogError
+
+FORMATS = ("openai", "anthropic", "gemini", "mcp", "mcp-servers", "plain")
+
+_PARAMETER_KEYS = ("parameters", "inputSchema", "input_schema", "parametersJsonSchema")
+
+
+def read_file(path: str | os.PathLike[str], *, format: str | None = None) -> Catalog:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CatalogError(f"cannot read tool file {os.fspath(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"tool file {os.fspath(path)!r} is not UTF-8: {exc.reason}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(
+            f"tool file {os.fspath(path)!r} is not valid JSON: {exc.msg} "
+            f"at line {exc.lineno}, column {exc.colno}"
+        ) from exc
+    try:
+        return read_data(data, format=format)
+    except CatalogError as exc:
+        raise CatalogError(f"{os.fspath(path)}: {exc}") from None
+
+
+def read_data(data: object, *, format: str | None = None) -> Catalog:
+    if format is None:
+        format = detect_format(data)
+    match format:
+        case "openai":
+            return Catalog(_read_items(_unwrap_tools(data, format), _openai_item))
+        case "anthropic":
+            return Catalog(_read_items(_unwrap_tools(data, format), _anthropic_item))
+        case "gemini":
+            return Catalog(_read_items(_gemini_declarations(data), _plain_item))
+        case "mcp":
+            return read_mcp(data)
+        case "mcp-servers":
+            return _read_server_list(data)
+        case "plain":
+            return _read_plain(data)
+    raise CatalogError(f"unknown tool format {format!r}; expected one of {', '.join(FORMATS)}")
+
+
+def detect_format(data: object) -> str:
+    """Guess a document's format from its shape."""
+    if isinstance(data, Mapping):
+        if isinstance(data.get("servers"), list):
+            return "mcp-servers"
+        result = data.get("result")
+        if "jsonrpc" in data or (isinstance(result, Mapping) and "tools" in result):
+            return "mcp"
+        declarations = data.get("function_declarations", data.get("functionDeclarations"))
+        if isinstance(declarations, list):
+            return "gemini"
+        if isinstance(data.get("tools"), list):
+            return _detect_item_format(data["tools"]) or "mcp"
+        return "plain"
+    if isinstance(data, list):
+        return _detect_item_format(data) or "plain"
+    raise CatalogError(f"expected a JSON list or object of tool definitions, got {_describe(data)}")
+
+
+def _detect_item_format(items: Sequence[object]) -> str | None:
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "function" or "function" in item:
+            return "openai"
+        if "input_schema" in item:
+            return "anthropic"
+        if "inputSchema" in item:
+            return "mcp"
+        if "function_declarations" in item or "functionDeclarations" in item:
+            return "gemini"
+        if "parameters" in item or "name" in item:
+            return "plain"
+    return None
+
+
+def read_mcp(result: object, *, server: str | None = None) -> Catalog:
+    items = _mcp_tools(result)
+    tools = _read_items(items, _mcp_item, server=server)
+    return Catalog(tools)
+
+
+def read_mcp_servers(servers: Mapping[str, object]) -> Catalog:
+    if not isinstance(servers, Mapping):
+        raise CatalogError(
+            f"expected a mapping of server name to tools/list result, got {_describe(servers)}"
+        )
+    tools: list[Tool] = []
+    for name, result in servers.items():
+        tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
+    return Catalog(_qualify_clashes(tools))
+
+
+def _read_server_list(data: object) -> Catalog:
+    assert isinstance(data, Mapping)
+    tools: list[Tool] = []
+    descriptions: dict[str, str] = {}
+    for index, entry in enumerate(data["servers"]):
+        if not isinstance(entry, Mapping):
+            raise CatalogError(f"server {index}: expected an object, got {_describe(entry)}")
+        name = entry.get("name", entry.get("id"))
+        if not isinstance(name, str) or not name:
+            raise CatalogError(
+                f"server {index}: field 'name' must be a non-empty string, got {_describe(name)}"
+            )
+        description = entry.get("description") or ""
+        if not isinstance(description, str):
+            raise CatalogError(
+                f"server {index} ({name!r}): field 'description' must be a string, got {_describe(description)}"
+            )
+        descriptions[name] = description
+        try:
+            tools.extend(_read_items(_mcp_tools(entry), _mcp_item, server=name))
+        except CatalogError as exc:
+            raise CatalogError(f"server {index} ({name!r}): {exc}") from None
+    return Catalog(_qualify_clashes(tools), server_descriptions=descriptions)
+
+
+def _read_plain(data: object) -> Catalog:
+    if isinstance(data, Mapping):
+        if isinstance(data.get("tools"), list):
+            data = data["tools"]
+        else:
+            items = []
+            for name, spec in data.items():
+                if not isinstance(spec, Mapping):
+                    raise CatalogError(f"tool {name!r}: expected an object, got {_describe(spec)}")
+                items.append({"name": name, **spec})
+            data = items
+    if not isinstance(data, list):
+        raise CatalogError(f"expected a list of tools, got {_describe(data)}")
+    return Catalog(_qualify_clashes(_read_items(data, _plain_item)))
+
+
+def _qualify_clashes(tools: list[Tool]) -> list[Tool]:
+    """Give tools whose name occurs on several servers the id ``server__name``."""
+    servers_by_name: dict[str, set[str | None]] = {}
+    for tool in tools:
+        servers_by_name.setdefault(tool.id, set()).add(tool.server)
+    clashing = {
+        name
+        for name, servers in servers_by_name.items()
+        if len(servers) > 1 and None not in servers
+    }
+    if not clashing:
+        return tools
+    return [
+        Tool(
+            id=f"{t.server}{QUALIFIER}{t.id}",
+            name=t.name,
+            description=t.description,
+            parameters=t.parameters,
+            server=t.server,
+            annotations=t.annotations,
+            title=t.title,
+        )
+        if t.id in clashing
+        else t
+        for t in tools
+    ]
+
+
+# -- item readers -----------------------------------------------------------------------------
+
+
+def _read_items(items: object, read_one: Any, **extra: Any) -> list[Tool]:
+    if not isinstance(items, list):
+        raise CatalogError(f"expected a list of tools, got {_describe(items)}")
+    return [read_one(index, item, **extra) for index, item in enumerate(items)]
+
+
+def _openai_item(index: int, item: object) -> Tool:
+    item = _require_object(index, item)
+    kind = item.get("type", "function")
+    if kind != "function":
+        raise CatalogError(
+            f"tool {index}: expected an OpenAI function tool (type 'function'), got type {kind!r}"
+        )
+    inner = item.get("function")
+    if inner is not None:  # Chat Completions nests the definition; Responses does not
+        if not isinstance(inner, Mapping):
+            raise CatalogError(
+                f"tool {index}: field 'function' must be an object, got {_describe(inner)}"
+            )
+        item = inner
+    return _build(index, item, parameter_keys=("parameters",))
+
+
+def _anthropic_item(index: int, item: object) -> Tool:
+    return _build(index, _require_object(index, item), parameter_keys=("input_schema",))
+
+
+def _mcp_item(index: int, item: object, *, server: str | None = None) -> Tool:
+    return _build(
+        index, _require_object(index, item), parameter_keys=("inputSchema",), server=server
+    )
+
+
+def _plain_item(index: int, item: object) -> Tool:
+    return _build(index, _require_object(index, item), parameter_keys=_PARAMETER_KEYS)
+
+
+def _build(
+    index: int,
+    item: Mapping[str, Any],
+    *,
+    parameter_keys: Sequence[str],
+    server: str | None = None,
+) -> Tool:
+    name = item.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise CatalogError(
+            f"tool {index}: field 'name' must be a non-empty string, got {_describe(name)}"
+        )
+    where = f"tool {index} ({name!r})"
+    tool_id = item.get("id", name)
+    if not isinstance(tool_id, str) or not tool_id:
+        raise CatalogError(
+            f"{where}: field 'id' must be a non-empty string, got {_describe(tool_id)}"
+        )
+    description = item.get("description")
+    if description is None:
+        description = ""
+    elif not isinstance(description, str):
+        raise CatalogError(
+            f"{where}: field 'description' must be a string, got {_describe(description)}"
+        )
+    parameters: object = {}
+    for key in parameter_keys:
+        if key in item:
+            parameters = item[key]
+            if parameters is None:
+                parameters = {}
+            elif not isinstance(parameters, Mapping):
+                raise CatalogError(
+                    f"{where}: field {key!r} must be a JSON Schema object, got {_describe(parameters)}"
+                )
+            break
+    annotations = item.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise CatalogError(
+            f"{where}: field 'annotations' must be an object, got {_describe(annotations)}"
+        )
+    title = item.get("title")
+    if title is not None and not isinstance(title, str):
+        raise CatalogError(f"{where}: field 'title' must be a string, got {_describe(title)}")
+    if server is None:
+        server = item.get("server")
+        if server is not None and (not isinstance(server, str) or not server):
+            raise CatalogError(
+                f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
+            )
+    return Tool(
+        id=tool_id,
+        name=name,
+        description=description,
+        parameters=_copy_json(parameters),
+        server=server,
+        annotations=_copy_json(annotations),
+        title=title,
+    )
+
+
+# -- containers -------------------------------------------------------------------------------
+
+
+def _unwrap_tools(data: object, format: str) -> object:
+    if isinstance(data, Mapping) and "tools" in data:
+        return data["tools"]
+    if isinstance(data, Mapping):
+        raise CatalogError(
+            f"expected a list of {format} tools (or {{'tools': [...]}}), got {_describe(data)}"
+        )
+    return data
+
+
+def _mcp_tools(result: object) -> object:
+    if isinstance(result, Mapping) and isinstance(result.get("result"), Mapping):
+        result = result["result"]  # a whole JSON-RPC response
+    if isinstance(result, Mapping):
+        if "tools" not in result:
+            raise CatalogError(
+                "expected an MCP tools/list result with a 'tools' list; field 'tools' is missing"
+            )
+        return result["tools"]
+    return result
+
+
+def _gemini_declarations(data: object) -> list[object]:
+    """Flatten Tool objects (``{"function_declarations": [...]}``) into their declarations."""
+    containers: list[object] = data if isinstance(data, list) else [data]
+    declarations: list[object] = []
+    for container in containers:
+        if isinstance(container, Mapping) and (
+            "function_declarations" in container or "functionDeclarations" in container
+        ):
+            inner = container.get("function_declarations", container.get("functionDeclarations"))
+            if not isinstance(inner, list):
+                raise CatalogError(
+                    f"field 'function_declarations' must be a list, got {_describe(inner)}"
+                )
+            declarations.extend(inner)
+        else:
+            declarations.append(container)  # a bare declaration
+    return declarations
+
+
+def _require_object(index: int, item: object) -> Mapping[str, Any]:
+    if not isinstance(item, Mapping):
+        raise CatalogError(f"tool {index}: expected an object, got {_describe(item)}")
+    return item
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON-like data (the caller's schema objects are never shared)."""
+    if isinstance(value, Mapping):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy_json(item) for item in value]
+    return value
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "nothing (null or missing)"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"

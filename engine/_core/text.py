@@ -1,0 +1,144 @@
+"""Text shared by keyword search and dedup: tokenisation and the indexed text of a tool."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+from .catalog import Tool
+
+# Runs of Unicode letters and digits; "_", punctuation and whitespace separate them.
+_WORD = re.compile(r"[^\W_]+")
+# camelCase and acronym boundaries: "getHTTPResponse" -> get HTTP Response.
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# Scripts written without spaces: each character is a token, so a Chinese description is
+# not one giant word that can never match.
+_UNSPACED_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_UNSPACED = re.compile(f"[{_UNSPACED_CHARS}]")
+_PIECES = re.compile(f"[{_UNSPACED_CHARS}]|[^{_UNSPACED_CHARS}]+")
+
+STOPWORDS = frozenset(
+    """
+    a an the and or but if then else for of in on to from by with as at is are was were be been
+    it this that these those not no can could should would may might do does did have has had
+    you your i me my we our us he she his her they them their its am being into about over
+    so than too very just also any all some each other such what which who whom whose when
+    where why how there here please want need like get let make use using via will shall
+    """.split()
+)
+
+
+def split_identifier(name: str) -> list[str]:
+    """``"getHTTPResponse_v2"`` -> ``["get", "HTTP", "Response", "v2"]`` (case kept)."""
+    parts: list[str] = []
+    for word in _WORD.findall(name):
+        parts.extend(part for part in _CAMEL.split(word) if part)
+    return parts
+
+
+def tokenize(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
+    """Lower-cased word tokens of ``text`` with identifiers split and stopwords removed."""
+    tokens: list[str] = []
+    for word in _WORD.findall(text):
+        if stopwords is STOPWORDS:
+            tokens.extend(_word_tokens(word))  # words repeat: the common case is cached
+        else:
+            tokens.extend(t for t in _split_word(word) if t not in stopwords)
+    return tokens
+
+
+@lru_cache(maxsize=65536)
+def _word_tokens(word: str) -> tuple[str, ...]:
+    return tuple(t for t in _split_word(word) if t not in STOPWORDS)
+
+
+def _split_word(word: str) -> list[str]:
+    """One run of letters and digits -> normalised parts (CJK characters stand alone)."""
+    parts: list[str] = []
+    for piece in _PIECES.findall(word) if _UNSPACED.search(word) else (word,):
+        if _UNSPACED.match(piece):
+            parts.append(piece)
+            continue
+        for part in _CAMEL.split(piece) if not piece.islower() else (piece,):
+            token = _normal(part)
+            if token:
+                parts.append(token)
+    return parts
+
+
+@lru_cache(maxsize=65536)
+def _normal(word: str) -> str:
+    return _stem(word.lower())
+
+
+def _stem(word: str) -> str:
+    """Harman's S-stemmer (plus sibilant plurals): "files" -> "file", "searches" -> "search"."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and not word.endswith(("eies", "aies")):
+        return word[:-3] + "y"
+    if word.endswith(("ches", "shes", "sses", "xes", "zes")):
+        return word[:-2]
+    if word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
+        return word[:-1]
+    if word.endswith("s") and not word.endswith(("us", "ss")):
+        return word[:-1]
+    return word
+
+
+def tool_text(tool: Tool, *, schema_depth: int = 4) -> str:
+    """The text a tool is found by: split name, server, description, parameter names and
+    parameter descriptions (nested objects and array items up to ``schema_depth``)."""
+    parts = [" ".join(split_identifier(tool.name))]
+    if tool.title:
+        parts.append(tool.title)
+    if tool.server:
+        parts.append(" ".join(split_identifier(tool.server)))
+    if tool.description:
+        parts.append(tool.description)
+    parts.extend(schema_text(tool.parameters, depth=schema_depth))
+    return "\n".join(parts)
+
+
+def schema_text(schema: Mapping[str, Any], *, depth: int) -> Iterator[str]:
+    """Parameter names (split) and descriptions of a JSON Schema, breadth-limited by depth."""
+    if depth <= 0 or not isinstance(schema, Mapping):
+        return
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        for name, spec in properties.items():
+            yield " ".join(split_identifier(str(name)))
+            if isinstance(spec, Mapping):
+                description = spec.get("description")
+                if isinstance(description, str) and description:
+                    yield description
+                yield from schema_text(spec, depth=depth - 1)
+    items = schema.get("items")
+    if isinstance(items, Mapping):
+        yield from schema_text(items, depth=depth - 1)
+
+
+def embedding_text(tool: Tool, extra: str = "") -> str:
+    """The text a tool is embedded from: ``"split name: description (parameter names)"``.
+
+    Parameter names lift BFCL hit@5 by 3 points on the dev split; their descriptions are left
+    to keyword search, since the embedder reads only the first 128 tokens. ``extra`` (the
+    phrasings enrichment added) comes last, so a truncating model reads the original first.
+    """
+    text = f"{' '.join(split_identifier(tool.name))}: {tool.description}"
+    properties = tool.parameters.get("properties") if isinstance(tool.parameters, Mapping) else None
+    if isinstance(properties, Mapping) and properties:
+        text += " (" + " ".join(" ".join(split_identifier(str(k))) for k in properties) + ")"
+    return f"{text}. Also: {extra}" if extra.strip() else text
+
+
+def keyword_document(tool: Tool, extra: str = "") -> list[str]:
+    """Tokens a tool is indexed under: its name counts twice (a dev-split choice), plus those
+    of ``extra`` (enrichment's phrasings)."""
+    return (
+        tokenize(" ".join(split_identifier(tool.name)))
+        + tokenize(tool_text(tool))
+        + tokenize(extra)
+    )

@@ -1,0 +1,160 @@
+"""``decide`` (one strict call) and ``try_decide`` (batched, fail-open)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import trio
+
+from .._core.decision import DecisionRequest, DecisionResult, merge_results, split_questions
+from .._core.errors import DecisionError, DecisionErrorKind
+
+if TYPE_CHECKING:
+    from .._core.protocols import Decider
+
+logger = logging.getLogger("toolroute.decision")
+
+#: Batches of one request in flight at once, when the caller does not share a limiter.
+DEFAULT_CONCURRENCY = 4
+
+
+def _resolve(provider: Decider | None) -> Decider | None:
+    if provider is not None:
+        return provider
+    from ..providers import default_decider
+
+    decider: Decider | None = default_decider()
+    return decider
+
+
+async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:
+    """Send ``request`` to ``provider`` (the environment's default when ``None``) as one call.
+
+    Raises:
+        DecisionError: and nothing else. A request over the provider's caps is
+            refused before any network call; no configured provider is
+            ``invalid_request``.
+    """
+    decider = _resolve(provider)
+    if decider is None:
+        raise DecisionError(
+            DecisionErrorKind.INVALID_REQUEST,
+            "No decision provider is configured. Set TYPESAFE_API_KEY, LAYA_API_KEY +"
+            " LAYA_BASE_URL, XOR_API_KEY + XOR_BASE_URL, PERPLEXITY_API_KEY or"
+            " CLOUDFLARE_API_KEY + CLOUDFLARE_ACCOUNT_ID, or pass provider= explicitly.",
+        )
+    try:
+        return await decider.decide(request)
+    except DecisionError:
+        raise
+    except Exception as exc:
+        # A custom decider's bug must not escape as something callers do not expect.
+        raise DecisionError(
+            DecisionErrorKind.SERVER,
+            f"{getattr(decider, 'name', type(decider).__name__)} failed:"
+            f" {type(exc).__name__}: {exc}",
+        ) from exc
+
+
+@attrs.frozen
+class BatchReport:
+    """How a batched call went: the merged result (``None`` when nothing came back) and why."""
+
+    result: DecisionResult | None
+    batches: int
+    failed: int
+    reason: str
+
+
+async def decide_in_batches(
+    request: DecisionRequest,
+    provider: Decider,
+    *,
+    limiter: trio.CapacityLimiter | None = None,
+    schedule: Literal["sliding", "grouped"] = "sliding",
+    deadline_s: float | None = None,
+) -> BatchReport:
+    """Split ``request`` into the provider's batches and run them.
+
+    ``sliding`` starts the next batch as soon as any finishes (at most
+    ``limiter``'s tokens in flight, FIFO); ``grouped`` runs groups of that size
+    one after another, as NeuroLink does, and exists for comparison. A failed
+    or late batch loses only its own answers. Never raises ``DecisionError``.
+    """
+    limiter = limiter or trio.CapacityLimiter(DEFAULT_CONCURRENCY)
+    chunks = split_questions(request.questions, provider.limits.max_questions)
+    results: list[DecisionResult | None] = [None] * len(chunks)
+    errors: list[str] = []
+
+    async def run(
+        index: int, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with limiter:
+            task_status.started()
+            try:
+                results[index] = await decide(
+                    request.with_questions(chunks[index]), provider=provider
+                )
+            except DecisionError as exc:
+                errors.append(f"batch {index + 1}/{len(chunks)}: {exc.kind}: {exc}")
+                logger.warning("decision %s", errors[-1])
+
+    with trio.move_on_after(deadline_s if deadline_s is not None else float("inf")) as scope:
+        if schedule == "sliding":
+            async with trio.open_nursery() as nursery:
+                for index in range(len(chunks)):
+                    # ``start`` returns once the batch holds a token: batches go out in
+                    # question order (trio would otherwise start them in either order).
+                    await nursery.start(run, index)
+        else:
+            width = max(1, int(limiter.total_tokens))
+            for start in range(0, len(chunks), width):
+                async with trio.open_nursery() as nursery:
+                    for index in range(start, min(start + width, len(chunks))):
+                        nursery.start_soon(run, index)
+    done = [r for r in results if r is not None]
+    failed = len(chunks) - len(done)
+    reason = "; ".join(errors)
+    if scope.cancelled_caught:
+        reason = "; ".join(filter(None, [f"deadline of {deadline_s:g} s passed", reason]))
+    merged = merge_results(done) if done else None
+    if merged is not None and not merged.answers:
+        # Answers that were all malformed tell the caller as little as no answer.
+        merged, reason = None, reason or "no well-formed answers"
+    return BatchReport(merged, len(chunks), failed, reason)
+
+
+async def try_decide(
+    request: DecisionRequest,
+    *,
+    provider: Decider | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    deadline_s: float | None = None,
+) -> DecisionResult | None:
+    """Like :func:`decide`, but batched and fail-open.
+
+    Questions are cut, in order, into batches of the provider's question cap;
+    each batch carries the whole state and media. Batches run in a sliding
+    window of ``concurrency``; their results merge (answers in order, usage
+    summed, latency the maximum, request ids joined with ``,``).
+
+    Returns:
+        The merged result, or ``None`` when no provider is configured, every
+        batch failed, or the deadline passed before any batch answered — all
+        of which mean "carry on as before". Never raises for a provider failure.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")
+    try:
+        decider = _resolve(provider)
+    except Exception as exc:  # a broken environment is "no provider", loudly
+        logger.warning("decision provider from the environment failed: %s", exc)
+        return None
+    if decider is None or not request.questions:
+        return None
+    report = await decide_in_batches(
+        request, decider, limiter=trio.CapacityLimiter(concurrency), deadline_s=deadline_s
+    )
+    return report.result

@@ -1,0 +1,176 @@
+"""The event hub: fans events out to subscribers, each with its own bounded buffer.
+
+``publish`` is synchronous and never blocks the engine: each subscriber has a bounded
+memory channel, filled with ``send_nowait``; when it is full the event is dropped *for
+that subscriber* and counted, and the next event it does receive reports how many it lost.
+A ``MemorySendChannel.clone()`` would share work, not broadcast, so each subscriber gets
+its own channel (STYLE §4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from .._core.errors import ConfigError
+from .._core.events import Event
+
+__all__ = ["DEFAULT_BUFFER", "Delivery", "EventHub", "HubStatistics"]
+
+#: Events a subscriber may fall behind by before it starts losing them. Generous for a
+#: consumer that writes JSON lines; size real buffers from ``statistics().peak_buffer_used``.
+DEFAULT_BUFFER = 256
+
+
+@attrs.frozen
+class Delivery:
+    """One event as one subscriber receives it.
+
+    Attributes:
+        event: the event, the same object every subscriber receives.
+        dropped: events this subscriber lost, because its buffer was full, between the
+            delivery before this one and this one.
+    """
+
+    event: Event
+    dropped: int = 0
+
+
+@attrs.frozen
+class HubStatistics:
+    """Counters since the hub was made.
+
+    Attributes:
+        subscribers: subscribers now registered.
+        published: events passed to ``publish`` while the hub was open.
+        dropped: events lost to full buffers, summed over subscribers.
+    """
+
+    subscribers: int
+    published: int
+    dropped: int
+
+
+@attrs.define(eq=False)
+class _Subscriber:
+    send: trio.MemorySendChannel[Delivery]
+    # Lost since the last event that went into this subscriber's buffer. The buffer is FIFO,
+    # so that is also the count lost since the last event the subscriber *received*.
+    pending_dropped: int = 0
+
+
+class EventHub:
+    """Fans events out to subscribers without ever blocking the publisher.
+
+    **Resource handling:** the hub owns the send end of every subscriber's channel;
+    :meth:`subscribe`'s block owns the receive end. Leaving the block unsubscribes and
+    closes both. :meth:`close` closes every send end, so each subscriber drains what is
+    buffered and its iteration then ends.
+    """
+
+    def __init__(self) -> None:
+        self._subscribers: list[_Subscriber] = []
+        self._published = 0
+        self._dropped = 0
+        self._closed = False
+
+    def publish(self, event: Event) -> None:
+        """Offer ``event`` to every subscriber; never blocks, never checkpoints.
+
+        A subscriber whose buffer is full loses the event (counted, and reported on its
+        next delivery); one whose receive end was closed is removed. After :meth:`close`,
+        publishing does nothing: services may still report while the engine shuts down.
+
+        Call it from the trio thread; from a worker thread use
+        ``trio.from_thread.run_sync(hub.publish, event)``.
+        """
+        if self._closed:
+            return
+        self._published += 1
+        gone: list[_Subscriber] = []
+        for sub in self._subscribers:
+            try:
+                sub.send.send_nowait(Delivery(event, sub.pending_dropped))
+            except trio.WouldBlock:
+                sub.pending_dropped += 1
+                self._dropped += 1
+            except trio.BrokenResourceError:
+                gone.append(sub)
+            else:
+                sub.pending_dropped = 0
+        for sub in gone:
+            self._remove(sub)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, *, buffer: int = DEFAULT_BUFFER
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[Delivery]]:
+        """Receive every event published from now on, as :class:`Delivery` items.
+
+        Usage::
+
+            async with hub.subscribe(buffer=64) as deliveries:
+                async for delivery in deliveries:
+                    print(delivery.dropped, to_json(delivery.event))
+
+        Args:
+            buffer: events this subscriber may fall behind by before it loses them.
+
+        Yields:
+            The subscriber's receive channel, an async iterator of deliveries. It ends when
+            the hub closes, after the buffered deliveries.
+
+        Raises:
+            ConfigError: ``buffer`` is not an integer of at least 1.
+
+        **Cancellation:** entering is a checkpoint, before anything is registered; a
+        cancelled ``async for`` leaves the block, which unsubscribes.
+
+        **Resource handling:** leaving the block, however it is left, unsubscribes and
+        closes the channel; deliveries still buffered are discarded. Subscribing to a
+        closed hub yields a channel that is already at its end.
+        """
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+            raise ConfigError(f"buffer must be an integer of at least 1, got {buffer!r}")
+        # A checkpoint like any trio operation; nothing is registered yet, so a cancel here
+        # leaves nothing behind.
+        await trio.lowlevel.checkpoint()
+        send, receive = trio.open_memory_channel[Delivery](buffer)
+        sub = _Subscriber(send)
+        if self._closed:
+            send.close()
+        else:
+            self._subscribers.append(sub)
+        try:
+            with receive:
+                yield receive
+        finally:
+            self._remove(sub)
+
+    def close(self) -> None:
+        """End every subscription: each drains its buffer, then its iteration stops.
+
+        Idempotent. Later :meth:`publish` calls do nothing; later subscriptions end at once.
+        """
+        self._closed = True
+        subscribers, self._subscribers = self._subscribers, []
+        for sub in subscribers:
+            sub.send.close()
+
+    def statistics(self) -> HubStatistics:
+        """The hub's counters now."""
+        return HubStatistics(
+            subscribers=len(self._subscribers),
+            published=self._published,
+            dropped=self._dropped,
+        )
+
+    def _remove(self, sub: _Subscriber) -> None:
+        # Idempotent: reached from publish (receiver closed), from the subscriber's exit,
+        # or not at all after close() took every subscriber.
+        if sub in self._subscribers:
+            self._subscribers.remove(sub)
+        sub.send.close()

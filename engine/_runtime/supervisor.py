@@ -1,0 +1,70 @@
+"""Supervision: restart a crashed service with backoff, within a restart budget."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from .._core.errors import EngineCrashed
+from .._core.events import ServiceRestarted
+
+Service = Callable[..., Awaitable[None]]
+
+
+@attrs.frozen(kw_only=True)
+class RestartPolicy:
+    """At most ``max_restarts`` restarts within ``window_s``; waits double from ``backoff_s``."""
+
+    max_restarts: int = 5
+    window_s: float = 60.0
+    backoff_s: float = 0.05
+    max_backoff_s: float = 5.0
+
+
+async def run_supervised(
+    name: str,
+    service: Service,
+    policy: RestartPolicy,
+    publish: Callable[[Any], None],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``service`` (a ``run_*`` taking ``task_status``) and restart it when it crashes.
+
+    Returns when the service returns. ``Cancelled`` and other ``BaseException``s are never
+    caught: only ordinary exceptions count as crashes.
+
+    Raises:
+        EngineCrashed: the service crashed more than ``max_restarts`` times in ``window_s``.
+    """
+    crashes: deque[float] = deque()
+    started = False
+    while True:
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service)
+                if not started:
+                    started = True
+                    task_status.started()
+            return
+        except Exception as exc:  # a crash: restart within the budget
+            error = exc
+        now = trio.current_time()
+        crashes.append(now)
+        while crashes and now - crashes[0] > policy.window_s:
+            crashes.popleft()
+        if len(crashes) > policy.max_restarts:
+            raise EngineCrashed(
+                f"service {name!r} crashed {len(crashes)} times within {policy.window_s} s; "
+                f"last error: {type(error).__name__}: {error}"
+            ) from error
+        publish(
+            ServiceRestarted(
+                service=name, attempt=len(crashes), error=f"{type(error).__name__}: {error}"[:300]
+            )
+        )
+        await trio.sleep(min(policy.max_backoff_s, policy.backoff_s * 2 ** (len(crashes) - 1)))

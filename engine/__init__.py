@@ -1,34 +1,20 @@
-"""toolroute: decide, on every step of an LLM agent, which tools the model should see."""
+"""toolroute: decide, on every step of an LLM agent, which tools the model should see.
+
+The everyday names live here; ``toolroute.config`` holds every config section,
+``toolroute.events`` the events, ``toolroute.decisions`` the decision API's types and readers,
+``toolroute.testing`` scripted fakes, ``toolroute.asyncio`` the engine for asyncio hosts and
+``toolroute.providers`` everything that talks to a model.
+"""
 
 from ._core.catalog import Catalog as Catalog
 from ._core.catalog import Server as Server
 from ._core.catalog import Tool as Tool
 from ._core.config import EngineConfig as EngineConfig
-from ._core.decision import BooleanAnswer as BooleanAnswer
-from ._core.decision import BooleanGate as BooleanGate
-from ._core.decision import BooleanQuestion as BooleanQuestion
-from ._core.decision import ChoiceAnswer as ChoiceAnswer
-from ._core.decision import ChoiceQuestion as ChoiceQuestion
-from ._core.decision import ChoiceReading as ChoiceReading
-from ._core.decision import DecisionRequest as DecisionRequest
-from ._core.decision import DecisionResult as DecisionResult
-from ._core.decision import ScoreAnswer as ScoreAnswer
-from ._core.decision import ScoreQuestion as ScoreQuestion
-from ._core.decision import Usage as Usage
-from ._core.decision import boolean_confidence as boolean_confidence
-from ._core.decision import gate_boolean as gate_boolean
-from ._core.decision import read_boolean as read_boolean
-from ._core.decision import read_choice as read_choice
-from ._core.decision import read_score as read_score
-from ._core.decision_limits import DecisionLimits as DecisionLimits
-from ._core.decision_limits import MediaLimits as MediaLimits
-from ._core.decision_limits import estimate_state_tokens as estimate_state_tokens
 from ._core.dedup import DedupResult as DedupResult
 from ._core.dedup import dedupe_tools as dedupe_tools
 from ._core.errors import CatalogError as CatalogError
 from ._core.errors import ConfigError as ConfigError
 from ._core.errors import DecisionError as DecisionError
-from ._core.errors import DecisionErrorKind as DecisionErrorKind
 from ._core.errors import EmbedderError as EmbedderError
 from ._core.errors import EngineCrashed as EngineCrashed
 from ._core.errors import ModelIntegrityError as ModelIntegrityError
@@ -38,22 +24,67 @@ from ._core.evaluate import Query as Query
 from ._core.evaluate import evaluate as evaluate
 from ._core.evaluate import load_queries as load_queries
 from ._core.evaluate import split_of as split_of
-from ._core.index import ToolIndex as ToolIndex
 from ._core.outcome import Outcome as Outcome
 from ._core.policy import Policy as Policy
+from ._core.public import publish as _publish
+from ._core.routing_config import RoutingConfig as RoutingConfig
 from ._core.search_tool import search_tools_definition as search_tools_definition
 from ._core.selection import Ranking as Ranking
 from ._core.selection import Selection as Selection
 from ._core.text import tokenize as tokenize
 from ._core.toolsets import ToolSet as ToolSet
+from ._core.toolsets import system_prompts as system_prompts
 from ._decisions.run import decide as decide
 from ._decisions.run import try_decide as try_decide
-from ._routing.pipeline import RoutingConfig as RoutingConfig
 from ._routing.pipeline import RoutingOutcome as RoutingOutcome
 from ._routing.pipeline import route_servers as route_servers
 from ._routing.pipeline import routing_query as routing_query
 from ._runtime.engine import Engine as Engine
 from ._runtime.engine import StepSelection as StepSelection
 from ._runtime.engine import open_engine as open_engine
+from ._runtime.tool_index import ToolIndex as ToolIndex
 from ._stores.embedding_cache import CacheWarning as CacheWarning
 from ._stores.embedding_cache import EmbeddingCache as EmbeddingCache
+
+__all__ = [
+    "CacheWarning",
+    "Catalog",
+    "CatalogError",
+    "ConfigError",
+    "DecisionError",
+    "DedupResult",
+    "EmbedderError",
+    "EmbeddingCache",
+    "Engine",
+    "EngineConfig",
+    "EngineCrashed",
+    "ModelIntegrityError",
+    "Outcome",
+    "Policy",
+    "ProviderError",
+    "Query",
+    "Ranking",
+    "RoutingConfig",
+    "RoutingOutcome",
+    "Selection",
+    "Server",
+    "StepSelection",
+    "Tool",
+    "ToolIndex",
+    "ToolSet",
+    "ToolrouteError",
+    "decide",
+    "dedupe_tools",
+    "evaluate",
+    "load_queries",
+    "open_engine",
+    "route_servers",
+    "routing_query",
+    "search_tools_definition",
+    "split_of",
+    "system_prompts",
+    "tokenize",
+    "try_decide",
+]
+
+_publish(__name__, globals())

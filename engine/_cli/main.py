@@ -17,8 +17,9 @@ import attrs
 from .._core.catalog import Catalog
 from .._core.errors import ToolrouteError
 from .._core.evaluate import evaluate, load_queries
-from .._core.index import STRATEGIES, Progress, ToolIndex
+from .._core.index import STRATEGIES, Progress
 from .._core.selection import Selection
+from .._runtime.tool_index import ToolIndex
 
 EMBEDDERS = ("minilm", "hashing", "none")
 

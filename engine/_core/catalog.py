@@ -4,55 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
 
 import attrs
 
-from .errors import CatalogError, ConfigError
-
-#: Separator between server and tool name in a qualified tool id (keeps OpenAI's name rule).
-QUALIFIER = "__"
-
-
-def id_tuple(value: Iterable[str], field: str) -> tuple[str, ...]:
-    """A list of ids (or names) as a de-duplicated tuple; a bare string is a mistake."""
-    if isinstance(value, str):
-        raise ConfigError(f"{field} must be a list, not the string {value!r}")
-    return tuple(dict.fromkeys(value))
-
-
-@attrs.frozen
-class Tool:
-    """One tool as the agent's model sees it.
-
-    Attributes:
-        id: unique within a catalogue; defaults to ``name``. Readers that import several
-            servers set ``f"{server}__{name}"`` when names clash.
-        name: the name the model sees (never checked against a vendor's character rule).
-        description: free text; may be empty.
-        parameters: JSON Schema of the arguments (``{}`` when the tool takes none). Treat it
-            as read-only: the catalogue shares it with every selection it serves.
-        server: the MCP server or namespace the tool comes from, if any.
-        annotations: MCP annotations (``readOnlyHint`` …) or other host metadata.
-        title: a human-readable title (MCP ``title``), if any.
-    """
-
-    id: str
-    name: str
-    description: str = ""
-    parameters: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
-    server: str | None = None
-    annotations: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
-    title: str | None = None
-
-
-@attrs.frozen
-class Server:
-    """A server (or namespace) and the ids of its tools, in catalogue order."""
-
-    id: str
-    description: str = ""
-    tool_ids: tuple[str, ...] = ()
+from . import files, readers
+from .errors import CatalogError
+from .tool import QUALIFIER as QUALIFIER
+from .tool import Server, Tool
+from .tool import id_tuple as id_tuple
 
 
 @attrs.frozen(init=False)
@@ -119,7 +78,8 @@ class Catalog:
         """The tool's index in catalogue order."""
         return self._by_id[tool_id]
 
-    # Readers live in ._readers; these wrappers keep the public names on the class.
+    # The readers live in .readers (they return tools; the catalogue is built here, so the two
+    # modules do not import each other) and the one file read in .files.
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, format: str | None = None) -> Catalog:
@@ -133,16 +93,16 @@ class Catalog:
         Raises:
             CatalogError: the file is missing, is not JSON, or holds a malformed tool.
         """
-        from .readers import read_file
-
-        return read_file(path, format=format)
+        data = files.read_json(path, what="tool file", error=CatalogError)
+        try:
+            return cls._built(readers.read_data(data, format=format))
+        except CatalogError as exc:
+            raise CatalogError(f"{os.fspath(path)}: {exc}") from None
 
     @classmethod
     def from_data(cls, data: object, *, format: str | None = None) -> Catalog:
         """Like ``from_file`` for an already parsed JSON value."""
-        from .readers import read_data
-
-        return read_data(data, format=format)
+        return cls._built(readers.read_data(data, format=format))
 
     @classmethod
     def from_openai(cls, tools: object) -> Catalog:
@@ -162,9 +122,7 @@ class Catalog:
     @classmethod
     def from_mcp(cls, result: object, *, server: str | None = None) -> Catalog:
         """An MCP ``tools/list`` result (or the JSON-RPC response holding one)."""
-        from .readers import read_mcp
-
-        return read_mcp(result, server=server)
+        return cls._built(readers.read_mcp(result, server=server))
 
     @classmethod
     def from_mcp_servers(cls, servers: Mapping[str, object]) -> Catalog:
@@ -172,11 +130,13 @@ class Catalog:
 
         Tool ids become ``f"{server}__{name}"`` where a name occurs on several servers.
         """
-        from .readers import read_mcp_servers
-
-        return read_mcp_servers(servers)
+        return cls._built(readers.read_mcp_servers(servers))
 
     @classmethod
     def from_plain(cls, tools: object) -> Catalog:
         """``[{name, description, parameters, server?}]`` or ``{name: {description, ...}}``."""
         return cls.from_data(tools, format="plain")
+
+    @classmethod
+    def _built(cls, read: readers.ReadTools) -> Catalog:
+        return cls(read.tools, server_descriptions=read.server_descriptions)

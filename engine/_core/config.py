@@ -2,26 +2,71 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import cattrs
-from attrs import validators as v
 from cattrs.v import format_exception
 
-from .._routing.pipeline import RoutingConfig
-from .._runtime.supervisor import RestartPolicy
 from .dedup import DEFAULT_THRESHOLD, MODES, DedupMode
 from .errors import ConfigError
-from .validators import rule
+from .routing_config import RoutingConfig
+from .tool import id_tuple
+from .validators import Check, is_number, rule
 
-_positive = rule(lambda v: v > 0, "positive")
-_non_negative = rule(lambda v: v >= 0, "at least 0")
-_at_least_one = rule(lambda v: v >= 1, "at least 1")
-_fraction = rule(lambda v: 0.0 <= v <= 1.0, "between 0 and 1")  # NaN fails too
+# Each rule names what it expects; a value of the wrong type fails the rule (ConfigError)
+# instead of raising TypeError from a comparison.
+_positive = rule(lambda v: is_number(v) and v > 0, "a positive number")
+_non_negative_number = rule(lambda v: is_number(v) and v >= 0, "a number at least 0")
+_non_negative = rule(lambda v: _is_int(v) and v >= 0, "an integer at least 0")
+_at_least_one = rule(lambda v: _is_int(v) and v >= 1, "an integer at least 1")
+_fraction = rule(lambda v: is_number(v) and 0.0 <= v <= 1.0, "between 0 and 1")
+_flag = rule(lambda v: isinstance(v, bool), "true or false")
+_threshold = rule(lambda v: v is None or is_number(v), "a finite number or None")
 _dedup_mode = rule(lambda v: v in MODES, f"one of {', '.join(MODES)}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ids(value: Sequence[str]) -> tuple[str, ...]:
+    ids = id_tuple(value, "always_active")
+    if not all(isinstance(i, str) and i for i in ids):
+        raise ConfigError(f"always_active must hold tool ids (strings), got {ids!r}")
+    return ids
+
+
+def _directory(value: object) -> str | None:
+    # Kept as a string: the core does not import pathlib (the runtime makes it a Path).
+    if value is None:
+        return None
+    if isinstance(value, str | os.PathLike):
+        path = os.fspath(value)
+        if isinstance(path, str) and path:
+            return path
+    raise ConfigError(f"cache_dir must be a directory path or None, got {value!r}")
+
+
+def _section(kind: type[Any]) -> Check:
+    """The field holds a ``kind`` object: a mapping or anything else is a mistake, named."""
+
+    def check(_instance: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, kind):
+            hint = (
+                f"; build it as {kind.__name__}(...), or pass the whole config to"
+                " EngineConfig.from_mapping"
+                if isinstance(value, Mapping)
+                else ""
+            )
+            raise ConfigError(
+                f"{attribute.name} must be a {kind.__name__}, got {type(value).__name__}"
+                f" {value!r}{hint}"
+            )
+
+    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -29,14 +74,14 @@ class SelectionDefaults:
     """Policy used when a call does not say otherwise (see ``toolroute.Policy``)."""
 
     max_tools: int = attrs.field(default=5, validator=_at_least_one)
-    threshold: float | None = None
-    adaptive: bool = True
-    always_active: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    threshold: float | None = attrs.field(default=None, validator=_threshold)
+    adaptive: bool = attrs.field(default=True, validator=_flag)
+    always_active: tuple[str, ...] = attrs.field(default=(), converter=_ids)
     #: Ceiling on "show every tool" after two steps without a tool call.
     all_tools_ceiling: int = attrs.field(default=128, validator=_at_least_one)
     #: ``prepare_step`` also routes MCP servers (``config.routing``, the engine's decider) and
     #: hides the tools of servers dropped on a confident "no". Off: a decision call per step.
-    route_servers: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    route_servers: bool = attrs.field(default=False, validator=_flag)
 
 
 @attrs.frozen(kw_only=True)
@@ -52,7 +97,7 @@ class Deadlines:
 @attrs.frozen(kw_only=True)
 class WarmupConfig:
     #: ``open_engine`` waits until tool embeddings are ready instead of serving keyword-only.
-    wait: bool = False
+    wait: bool = attrs.field(default=False, validator=_flag)
     #: Tools embedded per worker-thread call (one progress event each).
     batch: int = attrs.field(default=64, validator=_at_least_one)
 
@@ -71,7 +116,7 @@ class DedupConfig:
     """Near-duplicate tools dropped before indexing (``toolroute.dedupe_tools``)."""
 
     #: Off: every mode merges some sibling tools at thresholds that find twins (README, Dedup).
-    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    enabled: bool = attrs.field(default=False, validator=_flag)
     #: Similarity at which a tool folds into an earlier kept one: Jaccard of the signatures'
     #: tokens, or the embedder's cosine for ``embedding``.
     threshold: float = attrs.field(default=DEFAULT_THRESHOLD, validator=_fraction)
@@ -86,7 +131,7 @@ class RoutingSessionConfig:
 
     #: Reuse a session's routing for the same query instead of asking again (off, as in
     #: NeuroLink: a conversation's context can change what the same words need).
-    cache: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    cache: bool = attrs.field(default=False, validator=_flag)
     #: Seconds a cached routing stays valid.
     cache_ttl_s: float = attrs.field(default=60.0, validator=_positive)
     #: Cached routings kept across all sessions (least recently used dropped first).
@@ -108,7 +153,7 @@ class RerankConfig:
     """Re-ranking of ``select``'s candidates by the engine's generator (toolpick semantics)."""
 
     #: Off: it costs a chat-model call per request; worth it for slang and vague requests.
-    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    enabled: bool = attrs.field(default=False, validator=_flag)
     #: Seconds the generator may take; past it the recall order is served (``degraded``).
     deadline_s: float = attrs.field(default=2.0, validator=_positive)
 
@@ -118,7 +163,7 @@ class EnrichmentConfig:
     """Synonyms and informal phrasings added to each tool's recall text at warm-up."""
 
     #: Off: it costs one generator call per ``batch`` tools on a cold cache.
-    enabled: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    enabled: bool = attrs.field(default=False, validator=_flag)
     #: Tools per generator call.
     batch: int = attrs.field(default=20, validator=_at_least_one)
     #: Generator calls in flight.
@@ -130,9 +175,19 @@ class EnrichmentConfig:
 @attrs.frozen(kw_only=True)
 class EventConfig:
     #: Put the raw request text in events (off: only an HMAC with a per-engine random key).
-    include_queries: bool = False
+    include_queries: bool = attrs.field(default=False, validator=_flag)
     #: Buffer of a subscriber that does not choose one.
     buffer: int = attrs.field(default=256, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class RestartPolicy:
+    """At most ``max_restarts`` restarts within ``window_s``; waits double from ``backoff_s``."""
+
+    max_restarts: int = attrs.field(default=5, validator=_non_negative)
+    window_s: float = attrs.field(default=60.0, validator=_positive)
+    backoff_s: float = attrs.field(default=0.05, validator=_non_negative_number)
+    max_backoff_s: float = attrs.field(default=5.0, validator=_non_negative_number)
 
 
 @attrs.frozen(kw_only=True)
@@ -141,22 +196,38 @@ class EngineConfig:
 
     ``cache_dir`` ``None`` means the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides
     it); ``cache=False`` turns the embedding cache off.
+
+    Every section is checked when the config is built: a mapping (or anything else) where a
+    section belongs is a ``ConfigError`` naming the field; ``from_mapping`` builds the
+    sections from mappings.
+
+    Raises:
+        ConfigError: a field of the wrong type or out of range, named.
     """
 
-    selection: SelectionDefaults = attrs.field(factory=SelectionDefaults)
-    deadlines: Deadlines = attrs.field(factory=Deadlines)
-    warmup: WarmupConfig = attrs.field(factory=WarmupConfig)
-    sessions: SessionConfig = attrs.field(factory=SessionConfig)
-    events: EventConfig = attrs.field(factory=EventConfig)
-    dedup: DedupConfig = attrs.field(factory=DedupConfig)
-    routing: RoutingConfig = attrs.field(factory=RoutingConfig)
-    routing_session: RoutingSessionConfig = attrs.field(factory=RoutingSessionConfig)
-    decision: DecisionConfig = attrs.field(factory=DecisionConfig)
-    rerank: RerankConfig = attrs.field(factory=RerankConfig)
-    enrichment: EnrichmentConfig = attrs.field(factory=EnrichmentConfig)
-    restarts: RestartPolicy = attrs.field(factory=RestartPolicy)
-    cache_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
-    cache: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    selection: SelectionDefaults = attrs.field(
+        factory=SelectionDefaults, validator=_section(SelectionDefaults)
+    )
+    deadlines: Deadlines = attrs.field(factory=Deadlines, validator=_section(Deadlines))
+    warmup: WarmupConfig = attrs.field(factory=WarmupConfig, validator=_section(WarmupConfig))
+    sessions: SessionConfig = attrs.field(factory=SessionConfig, validator=_section(SessionConfig))
+    events: EventConfig = attrs.field(factory=EventConfig, validator=_section(EventConfig))
+    dedup: DedupConfig = attrs.field(factory=DedupConfig, validator=_section(DedupConfig))
+    routing: RoutingConfig = attrs.field(factory=RoutingConfig, validator=_section(RoutingConfig))
+    routing_session: RoutingSessionConfig = attrs.field(
+        factory=RoutingSessionConfig, validator=_section(RoutingSessionConfig)
+    )
+    decision: DecisionConfig = attrs.field(
+        factory=DecisionConfig, validator=_section(DecisionConfig)
+    )
+    rerank: RerankConfig = attrs.field(factory=RerankConfig, validator=_section(RerankConfig))
+    enrichment: EnrichmentConfig = attrs.field(
+        factory=EnrichmentConfig, validator=_section(EnrichmentConfig)
+    )
+    restarts: RestartPolicy = attrs.field(factory=RestartPolicy, validator=_section(RestartPolicy))
+    #: Where embeddings and enrichment are cached (a path, kept as a string).
+    cache_dir: str | None = attrs.field(default=None, converter=_directory)
+    cache: bool = attrs.field(default=True, validator=_flag)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EngineConfig:

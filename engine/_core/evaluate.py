@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import attrs
 import numpy as np
 
+from . import files
 from .errors import ConfigError
 
 #: A query is in the test split when the first byte of sha1(query) is below this (~20 %).
@@ -47,12 +46,7 @@ def load_queries(path: str | os.PathLike[str]) -> list[Query]:
         ConfigError: the file is missing, not JSON, or an item has the wrong shape.
     """
     where = os.fspath(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read queries file {where!r}: {exc.strerror}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"queries file {where!r} is not valid JSON: {exc}") from exc
+    data = files.read_json(path, what="queries file", error=ConfigError)
     if not isinstance(data, list):
         raise ConfigError(
             f"{where}: expected a list of {{query, expected}} objects, got {type(data).__name__}"

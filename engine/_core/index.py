@@ -1,64 +1,64 @@
-"""``ToolIndex``: synchronous recall and selection over one catalogue, for scripts and the CLI."""
+"""``RecallIndex``: synchronous recall and selection over one catalogue, from given vectors.
+
+Pure: it loads no model and reads no cache. It may hold an ``Embedder`` and call it (to embed
+the tools once and each query); the public ``toolroute.ToolIndex`` adds the default embedder
+and the disk cache on top of it.
+"""
 
 from __future__ import annotations
 
 import copy
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Literal, Self
 
 import numpy as np
 import numpy.typing as npt
 
-from .._stores.embedding_cache import EmbeddingCache, default_cache_dir
 from .catalog import Catalog
 from .errors import ConfigError
 from .fusion import fuse
 from .keyword import KeywordIndex
 from .outcome import Outcome
 from .policy import Policy, select
+from .protocols import Embedder
 from .selection import Ranking, Selection
 from .text import embedding_text, keyword_document, split_identifier, tokenize
 from .toolsets import ToolSet
 from .vectors import VectorIndex, top_k
 
-if TYPE_CHECKING:
-    from ..providers import Embedder
-
 STRATEGIES = ("keyword", "semantic", "combined")
 Strategy = Literal["keyword", "semantic", "combined"]
 Progress = Callable[[int, int], None]
 
-_DEFAULT: object = object()
-
-
-class ToolIndex:
+class RecallIndex:
     """Keyword and embedding recall over a catalogue, plus the selection policy.
 
-    Built once: the keyword index at once, tool embeddings from the disk cache or the embedder.
-    If the embedder fails while building or while embedding a query, recall falls back to
-    keyword-only and the result says so (``outcome = degraded``) — nothing raises.
+    Built once: the keyword index at once, tool embeddings from the embedder (in steps of a
+    few model batches). If the embedder fails while building or while embedding a query,
+    recall falls back to keyword-only and the result says so (``outcome = degraded``) —
+    nothing raises.
 
     Args:
         catalog: the tools.
-        embedder: an ``Embedder``; by default the embedded offline MiniLM model; ``None`` for
-            keyword-only.
-        cache: an ``EmbeddingCache``, a directory, or ``None`` for no disk cache; by default
-            the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides it).
+        embedder: an ``Embedder``, or ``None`` for keyword-only recall.
         strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
         progress: called as ``progress(done, total)`` while tools are embedded.
+        extra_text: recall-only text per tool id (enrichment's phrasings).
 
     Raises:
         ConfigError: an unknown strategy, or ``semantic``/``combined`` without an embedder.
+
+    **Fail-open:** an embedder that raises, or returns vectors of the wrong shape, while the
+    tools are embedded leaves a keyword-only index whose results are ``degraded`` with the
+    reason in ``degraded_reason``.
     """
 
     def __init__(
         self,
         catalog: Catalog,
         *,
-        embedder: Embedder | object | None = _DEFAULT,
-        cache: EmbeddingCache | str | os.PathLike[str] | object | None = _DEFAULT,
+        embedder: Embedder | None = None,
         strategy: Strategy | None = None,
         progress: Progress | None = None,
         extra_text: Mapping[str, str] | None = None,
@@ -74,11 +74,7 @@ class ToolIndex:
             [keyword_document(tool, self.extra_text.get(tool.id, "")) for tool in catalog],
             names=[tokenize(" ".join(split_identifier(tool.name))) for tool in catalog],
         )
-        if embedder is _DEFAULT:
-            from ..providers import default_embedder
-
-            embedder = default_embedder()
-        self.embedder: Embedder | None = embedder  # type: ignore[assignment]
+        self.embedder: Embedder | None = embedder
         if strategy is None:
             strategy = "combined" if self.embedder is not None else "keyword"
         self.strategy: Strategy = _check_strategy(strategy, has_embedder=self.embedder is not None)
@@ -86,10 +82,10 @@ class ToolIndex:
         #: Why embeddings are unavailable, when they are.
         self.degraded_reason = ""
         if self.embedder is not None:
-            self._embed_catalog(self.embedder, _open_cache(cache), progress)
+            self._embed_catalog(self.embedder, progress)
         self.build_s = time.perf_counter() - started
 
-    def with_vectors(self, embedder: Embedder, vectors: npt.NDArray[np.float32]) -> ToolIndex:
+    def with_vectors(self, embedder: Embedder, vectors: npt.NDArray[np.float32]) -> Self:
         """A copy that shares this index's catalogue and keyword index and uses ``vectors``
         (one row per tool, from ``embedder``) for semantic and combined recall.
 
@@ -112,7 +108,7 @@ class ToolIndex:
             clone.strategy = "combined"
         return clone
 
-    def without_vectors(self, reason: str) -> ToolIndex:
+    def without_vectors(self, reason: str) -> Self:
         """A keyword-only copy whose selections report ``reason`` (snapshots never change)."""
         clone = copy.copy(self)
         clone.vectors = None
@@ -123,21 +119,39 @@ class ToolIndex:
         """What each tool is embedded from, in catalogue order (with its extra text)."""
         return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
 
-    def _embed_catalog(
-        self, embedder: Embedder, cache: EmbeddingCache | None, progress: Progress | None
-    ) -> None:
-        texts = self.embedding_texts()
+    def _embed_catalog(self, embedder: Embedder, progress: Progress | None) -> None:
         try:
-            vectors = embed_with_cache(embedder, texts, cache, progress)
+            vectors = self.tool_vectors(embedder, self.embedding_texts(), progress)
         except Exception as exc:  # any embedder failure degrades to keyword-only recall
             self.degraded_reason = f"embedder failed while indexing: {brief(exc)}"
             return
         self.vectors = VectorIndex(vectors)
 
+    def tool_vectors(
+        self, embedder: Embedder, texts: Sequence[str], progress: Progress | None
+    ) -> npt.NDArray[np.float32]:
+        """The tools' vectors, one row per text: here straight from the embedder.
+
+        A subclass with a cache overrides this; whatever it raises degrades the index.
+        """
+        vectors = np.zeros((len(texts), int(embedder.dim)), dtype=np.float32)
+        for _ in embed_into(embedder, texts, vectors, np.arange(len(texts)), progress):
+            pass
+        return vectors
+
     # -- recall -------------------------------------------------------------------------------
 
     def search(self, query: str, k: int = 10, *, strategy: Strategy | None = None) -> Ranking:
-        """The ``k`` best tools for ``query``, before any selection policy."""
+        """The ``k`` best tools for ``query``, before any selection policy.
+
+        Raises:
+            ConfigError: an unknown strategy, or ``semantic``/``combined`` on an index
+                without an embedder.
+
+        **Fail-open:** an embedder that fails on the query (raises, or returns a vector of the
+        wrong width, NaN or zero) gives a keyword-only ranking, ``degraded`` with the reason;
+        an empty query gives an empty ranking, ``skipped``.
+        """
         strategy = self._strategy(strategy)
         query_vector, reason = None, self.degraded_reason
         if strategy != "keyword" and self.vectors is not None and query.strip():
@@ -147,7 +161,14 @@ class ToolIndex:
     def search_many(
         self, queries: Sequence[str], k: int = 10, *, strategy: Strategy | None = None
     ) -> list[Ranking]:
-        """``search`` for many queries, embedding them in batches."""
+        """``search`` for many queries, embedding them in batches.
+
+        Raises:
+            ConfigError: as ``search``.
+
+        **Fail-open:** when the embedder fails on the batch, every query is ranked by keyword
+        only, ``degraded`` with the reason.
+        """
         strategy = self._strategy(strategy)
         vectors: list[npt.NDArray[np.float32] | None] = [None] * len(queries)
         reason = self.degraded_reason
@@ -155,7 +176,7 @@ class ToolIndex:
         if strategy != "keyword" and self.vectors is not None and asked:
             try:
                 for i, vector in zip(
-                    asked, self._query_vectors([queries[i] for i in asked]), strict=True
+                    asked, self.query_vectors([queries[i] for i in asked]), strict=True
                 ):
                     vectors[i] = vector
             except Exception as exc:  # degrade every query to keyword-only
@@ -166,15 +187,21 @@ class ToolIndex:
 
     def _embed_query(self, query: str) -> tuple[npt.NDArray[np.float32] | None, str]:
         try:
-            return self._query_vectors([query])[0], ""
+            return self.query_vectors([query])[0], ""
         except Exception as exc:  # the selection degrades; it never raises
             return None, f"embedder failed on the query: {brief(exc)}"
 
-    def _query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Query vectors, checked: one row per query, the index's width, finite, non-zero."""
+    def query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Query vectors from the index's embedder, checked: one row per query, the index's
+        width, finite, non-zero.
+
+        Raises:
+            ValueError: the vectors fail a check (whatever the embedder raises, too); the
+                callers here turn either into a keyword-only, ``degraded`` result.
+        """
         assert self.embedder is not None
         assert self.vectors is not None
-        vectors = _checked(self.embedder.embed(list(queries)), len(queries))
+        vectors = checked_vectors(self.embedder.embed(list(queries)), len(queries))
         if vectors.shape[1] != self.vectors.dim:
             raise ValueError(
                 f"embedder returned vectors of width {vectors.shape[1]}, "
@@ -199,7 +226,14 @@ class ToolIndex:
         with ``reason`` unless the strategy is ``keyword``). The vector must be a finite unit
         row of the index's width; a runtime that micro-batches query embeddings uses this.
         Unlike ``search``, asking a keyword-only index for ``semantic`` or ``combined``
-        degrades instead of raising: a runtime asks before its embeddings are ready."""
+        degrades instead of raising: a runtime asks before its embeddings are ready.
+
+        Raises:
+            ConfigError: an unknown strategy.
+
+        **Fail-open:** no vector, or an index without vectors, gives a keyword-only ranking,
+        ``degraded`` with ``reason``.
+        """
         chosen = self.strategy if strategy is None else _check_strategy(strategy, has_embedder=True)
         return self._rank(query, k, chosen, query_vector, reason)
 
@@ -275,6 +309,10 @@ class ToolIndex:
 
         Raises:
             ConfigError: an option is out of range or names a tool not in the catalogue.
+
+        **Fail-open:** an embedder failure is never an exception here: recall falls back to
+        keywords, the ``threshold`` is not applied (it is on the strategy's scale) and the
+        selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
         if policy is None:
@@ -303,62 +341,41 @@ class ToolIndex:
         return _check_strategy(strategy, has_embedder=self.embedder is not None)
 
 
-def embed_with_cache(
+def embed_into(
     embedder: Embedder,
     texts: Sequence[str],
-    cache: EmbeddingCache | None,
+    vectors: npt.NDArray[np.float32],
+    rows: npt.NDArray[np.intp],
     progress: Progress | None = None,
     step: int | None = None,
-) -> npt.NDArray[np.float32]:
-    """Vectors of ``texts``: cached ones from disk, the rest from the embedder (then cached).
+) -> Iterator[int]:
+    """Embed ``texts[rows]`` into ``vectors[rows]`` a step at a time.
 
-    Raises whatever the embedder raises; a broken cache only costs re-embedding.
+    Yields the number of rows done after each step, so a caller can keep what was embedded
+    when a later step raises (whatever the embedder raises, or ``ValueError`` for vectors of
+    the wrong shape). ``progress(done, total)`` is called before the first step and after
+    each one.
     """
-    dim = int(embedder.dim)
-    if cache is not None:
-        vectors, found = cache.get_many(embedder.identity, dim, texts)
-    else:
-        vectors, found = np.zeros((len(texts), dim), dtype=np.float32), np.zeros(len(texts), bool)
-    missing = np.flatnonzero(~found)
-    total = len(missing)
+    total = len(rows)
     if progress is not None:
         progress(0, total)
     # A few model batches between progress reports, unless the caller says otherwise.
     step = step or max(1, int(embedder.max_batch)) * 4
-    done = 0
-    try:
-        for done in range(0, total, step):
-            chunk = missing[done : done + step]
-            vectors[chunk] = _checked(embedder.embed([texts[i] for i in chunk]), len(chunk))
-            if progress is not None:
-                progress(min(done + step, total), total)
-        done = total
-    finally:
-        # One write at the end (or at a failure, keeping what was embedded): the cache
-        # merges whole files, so writing per chunk would cost quadratic I/O.
-        if cache is not None and done:
-            kept = missing[:done]
-            cache.put_many(embedder.identity, [texts[i] for i in kept], vectors[kept])
-    return vectors
+    for start in range(0, total, step):
+        chunk = rows[start : start + step]
+        vectors[chunk] = checked_vectors(embedder.embed([texts[i] for i in chunk]), len(chunk))
+        done = min(start + step, total)
+        if progress is not None:
+            progress(done, total)
+        yield done
 
 
-def _checked(vectors: object, count: int) -> npt.NDArray[np.float32]:
+def checked_vectors(vectors: object, count: int) -> npt.NDArray[np.float32]:
+    """``vectors`` as a float32 matrix of ``count`` rows, or ``ValueError``."""
     array = np.asarray(vectors, dtype=np.float32)
     if array.ndim != 2 or array.shape[0] != count:
         raise ValueError(f"embedder returned shape {array.shape}, expected ({count}, dim)")
     return array
-
-
-def _open_cache(cache: object) -> EmbeddingCache | None:
-    if cache is _DEFAULT:
-        return EmbeddingCache(default_cache_dir())
-    if cache is None or isinstance(cache, EmbeddingCache):
-        return cache
-    if isinstance(cache, str | os.PathLike):
-        return EmbeddingCache(cache)
-    raise ConfigError(
-        f"cache must be an EmbeddingCache, a directory or None, got {type(cache).__name__}"
-    )
 
 
 def _check_strategy(strategy: str, *, has_embedder: bool) -> Strategy:

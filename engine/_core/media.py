@@ -10,13 +10,12 @@ from __future__ import annotations
 import base64
 import os
 import re
-import stat
 import struct
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import attrs
 
+from . import files
 from .decision import Media
 from .decision_limits import MediaLimits
 from .errors import DecisionError, DecisionErrorKind
@@ -213,25 +212,19 @@ class _Rules:
 
     def from_path(self, text: str, label: str) -> tuple[str, bytes]:
         shown, cap = _quote(text), self.limits.max_request_bytes
-        path = Path(text)
+        too_big = f"{self.vendor} accepts at most {cap} bytes per request"
         try:
-            info = path.stat()
+            data = files.read_regular_file(text, cap)
         except FileNotFoundError:
             raise _refuse(f"{label}: no file at {shown}; expected {_EXPECTED}.") from None
+        except files.NotAFile:
+            raise _refuse(f"{label}: {shown} is not a file; expected {_EXPECTED}.") from None
+        except files.FileTooLarge as error:
+            if error.size is None:
+                raise _refuse(f"{label}: {shown} is over {cap} bytes; {too_big}.") from None
+            raise _refuse(f"{label}: {shown} is {error.size} bytes; {too_big}.") from None
         except (OSError, ValueError) as error:
             raise _refuse(f"{label}: {shown} cannot be read ({type(error).__name__}).") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise _refuse(f"{label}: {shown} is not a file; expected {_EXPECTED}.")
-        too_big = f"{self.vendor} accepts at most {cap} bytes per request"
-        if info.st_size > cap:
-            raise _refuse(f"{label}: {shown} is {info.st_size} bytes; {too_big}.")
-        try:
-            with path.open("rb") as file:
-                data = file.read(cap + 1)
-        except OSError as error:
-            raise _refuse(f"{label}: {shown} cannot be read ({type(error).__name__}).") from None
-        if len(data) > cap:
-            raise _refuse(f"{label}: {shown} is over {cap} bytes; {too_big}.")
         return _sniffed(data, label), data
 
     def check_kind(self, mime: str, want: str, label: str) -> None:

@@ -1,4 +1,4 @@
-"""Readers from every vendor's tool-definition format into a ``Catalog``.
+"""Readers from every vendor's tool-definition format into tools for a ``Catalog``.
 
 Each reader validates at the edge and names the offending tool (index and name) and field.
 Nothing the caller passed in is mutated: schemas are copied as they are read.
@@ -6,50 +6,34 @@ Nothing the caller passed in is mutated: schemas are copied as they are read.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from .catalog import QUALIFIER, Catalog, Tool
 from .errors import CatalogError
+from .tool import QUALIFIER, Tool
 
 FORMATS = ("openai", "anthropic", "gemini", "mcp", "mcp-servers", "plain")
 
 _PARAMETER_KEYS = ("parameters", "inputSchema", "input_schema", "parametersJsonSchema")
 
 
-def read_file(path: str | os.PathLike[str], *, format: str | None = None) -> Catalog:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CatalogError(f"cannot read tool file {os.fspath(path)!r}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise CatalogError(f"tool file {os.fspath(path)!r} is not UTF-8: {exc.reason}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CatalogError(
-            f"tool file {os.fspath(path)!r} is not valid JSON: {exc.msg} "
-            f"at line {exc.lineno}, column {exc.colno}"
-        ) from exc
-    try:
-        return read_data(data, format=format)
-    except CatalogError as exc:
-        raise CatalogError(f"{os.fspath(path)}: {exc}") from None
+class ReadTools(NamedTuple):
+    """What a reader found: the tools in order, and any server descriptions."""
+
+    tools: list[Tool]
+    server_descriptions: Mapping[str, str] = {}
 
 
-def read_data(data: object, *, format: str | None = None) -> Catalog:
+def read_data(data: object, *, format: str | None = None) -> ReadTools:
     if format is None:
         format = detect_format(data)
     match format:
         case "openai":
-            return Catalog(_read_items(_unwrap_tools(data, format), _openai_item))
+            return ReadTools(_read_items(_unwrap_tools(data, format), _openai_item))
         case "anthropic":
-            return Catalog(_read_items(_unwrap_tools(data, format), _anthropic_item))
+            return ReadTools(_read_items(_unwrap_tools(data, format), _anthropic_item))
         case "gemini":
-            return Catalog(_read_items(_gemini_declarations(data), _plain_item))
+            return ReadTools(_read_items(_gemini_declarations(data), _plain_item))
         case "mcp":
             return read_mcp(data)
         case "mcp-servers":
@@ -95,13 +79,11 @@ def _detect_item_format(items: Sequence[object]) -> str | None:
     return None
 
 
-def read_mcp(result: object, *, server: str | None = None) -> Catalog:
-    items = _mcp_tools(result)
-    tools = _read_items(items, _mcp_item, server=server)
-    return Catalog(tools)
+def read_mcp(result: object, *, server: str | None = None) -> ReadTools:
+    return ReadTools(_read_items(_mcp_tools(result), _mcp_item, server=server))
 
 
-def read_mcp_servers(servers: Mapping[str, object]) -> Catalog:
+def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
     if not isinstance(servers, Mapping):
         raise CatalogError(
             f"expected a mapping of server name to tools/list result, got {_describe(servers)}"
@@ -109,10 +91,10 @@ def read_mcp_servers(servers: Mapping[str, object]) -> Catalog:
     tools: list[Tool] = []
     for name, result in servers.items():
         tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
-    return Catalog(_qualify_clashes(tools))
+    return ReadTools(_qualify_clashes(tools))
 
 
-def _read_server_list(data: object) -> Catalog:
+def _read_server_list(data: object) -> ReadTools:
     assert isinstance(data, Mapping)
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
@@ -134,10 +116,10 @@ def _read_server_list(data: object) -> Catalog:
             tools.extend(_read_items(_mcp_tools(entry), _mcp_item, server=name))
         except CatalogError as exc:
             raise CatalogError(f"server {index} ({name!r}): {exc}") from None
-    return Catalog(_qualify_clashes(tools), server_descriptions=descriptions)
+    return ReadTools(_qualify_clashes(tools), descriptions)
 
 
-def _read_plain(data: object) -> Catalog:
+def _read_plain(data: object) -> ReadTools:
     if isinstance(data, Mapping):
         if isinstance(data.get("tools"), list):
             data = data["tools"]
@@ -150,7 +132,7 @@ def _read_plain(data: object) -> Catalog:
             data = items
     if not isinstance(data, list):
         raise CatalogError(f"expected a list of tools, got {_describe(data)}")
-    return Catalog(_qualify_clashes(_read_items(data, _plain_item)))
+    return ReadTools(_qualify_clashes(_read_items(data, _plain_item)))
 
 
 def _qualify_clashes(tools: list[Tool]) -> list[Tool]:

@@ -15,10 +15,10 @@ from .._core.catalog import Catalog, Tool
 from .._core.config import EngineConfig
 from .._core.dedup import DedupResult, dedupe_tools
 from .._core.errors import ConfigError
-from .._core.index import brief, embed_with_cache
+from .._core.index import brief
 from .._core.policy import Policy
 from .._core.toolsets import ToolSet
-from .._stores.embedding_cache import EmbeddingCache, default_cache_dir
+from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
 
 if TYPE_CHECKING:
     from ..providers import Embedder
@@ -28,7 +28,9 @@ RunCpu = Callable[..., Awaitable[Any]]
 
 def cache_dir(config: EngineConfig) -> Path | None:
     """Where the engine caches (embeddings, enrichment); ``None`` with caching off."""
-    return (config.cache_dir or default_cache_dir()) if config.cache else None
+    if not config.cache:
+        return None
+    return Path(config.cache_dir) if config.cache_dir else default_cache_dir()
 
 
 def open_cache(config: EngineConfig) -> EmbeddingCache | None:

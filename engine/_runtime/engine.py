@@ -35,7 +35,7 @@ from .._core.events import (
     new_query_key,
     query_hash,
 )
-from .._core.index import Strategy, ToolIndex, brief, embed_with_cache
+from .._core.index import Strategy, brief
 from .._core.outcome import Outcome
 from .._core.policy import COSINE_SCALED, Policy, select
 from .._core.search_tool import HINT, read_arguments
@@ -44,7 +44,7 @@ from .._core.toolsets import ToolSet, activated_sets, system_prompts
 from .._judge.enrich import enrich_tools
 from .._judge.rerank import RERANK_TOOL_LIMIT, rerank, rerank_pool_size, reranked_ranking
 from .._routing.pipeline import RoutingOutcome
-from .._stores.embedding_cache import EmbeddingCache
+from .._stores.embedding_cache import EmbeddingCache, embed_with_cache
 from .._stores.sessions import SessionState, SessionStore
 from .catalog_keeper import (
     RunCpu,
@@ -59,6 +59,7 @@ from .decision_service import DecisionService, ServerRouter
 from .hub import EventHub
 from .recall import QueryBatcher
 from .supervisor import run_supervised
+from .tool_index import ToolIndex
 
 if TYPE_CHECKING:
     from ..providers import Decider, Embedder, Generator
@@ -840,7 +841,7 @@ async def open_engine(
             )
             if embedder is not None:
                 engine._batcher = QueryBatcher(
-                    lambda: engine.index._query_vectors,  # the current snapshot's embedding
+                    lambda: engine.index.query_vectors,  # the current snapshot's embedding
                     run_cpu,
                     max_batch=max(1, int(embedder.max_batch)),
                     limiter=engine._cpu,

@@ -6,23 +6,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import attrs
 import trio
 
+from .._core.config import RestartPolicy as RestartPolicy
 from .._core.errors import EngineCrashed
 from .._core.events import ServiceRestarted
 
 Service = Callable[..., Awaitable[None]]
-
-
-@attrs.frozen(kw_only=True)
-class RestartPolicy:
-    """At most ``max_restarts`` restarts within ``window_s``; waits double from ``backoff_s``."""
-
-    max_restarts: int = 5
-    window_s: float = 60.0
-    backoff_s: float = 0.05
-    max_backoff_s: float = 5.0
 
 
 async def run_supervised(

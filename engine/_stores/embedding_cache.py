@@ -51,6 +51,9 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from .._core.index import Progress, embed_into
+from .._core.protocols import Embedder
+
 _MAGIC: Final = b"TREMBED\x00"
 _VERSION: Final = 1
 _HEADER: Final = struct.Struct("<8sIIQII")  # magic, version, dim, count, id length, reserved
@@ -411,3 +414,33 @@ def default_cache_dir() -> Path:
     if candidate is not None and _usable_directory(candidate):
         return candidate
     return _private_temp_directory()
+
+
+def embed_with_cache(
+    embedder: Embedder,
+    texts: Sequence[str],
+    cache: EmbeddingCache | None,
+    progress: Progress | None = None,
+    step: int | None = None,
+) -> npt.NDArray[np.float32]:
+    """Vectors of ``texts``: cached ones from disk, the rest from the embedder (then cached).
+
+    Raises whatever the embedder raises; a broken cache only costs re-embedding.
+    """
+    dim = int(embedder.dim)
+    if cache is not None:
+        vectors, found = cache.get_many(embedder.identity, dim, texts)
+    else:
+        vectors, found = np.zeros((len(texts), dim), dtype=np.float32), np.zeros(len(texts), bool)
+    missing = np.flatnonzero(~found)
+    done = 0
+    try:
+        for finished in embed_into(embedder, texts, vectors, missing, progress, step):
+            done = finished
+    finally:
+        # One write at the end (or at a failure, keeping what was embedded): the cache
+        # merges whole files, so writing per chunk would cost quadratic I/O.
+        if cache is not None and done:
+            kept = missing[:done]
+            cache.put_many(embedder.identity, [texts[i] for i in kept], vectors[kept])
+    return vectors

@@ -6,17 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from toolroute import (
-    BooleanAnswer,
-    BooleanQuestion,
-    Catalog,
-    DecisionError,
-    DecisionLimits,
-    DecisionRequest,
-    DecisionResult,
-    Outcome,
-    RoutingConfig,
-)
+from toolroute import Catalog, DecisionError, Outcome, RoutingConfig
 from toolroute._core.config import (
     DecisionConfig,
     EngineConfig,
@@ -25,6 +15,13 @@ from toolroute._core.config import (
 )
 from toolroute._core.events import DecisionFinished, FailOpen, RoutingFinished
 from toolroute._runtime.engine import open_engine
+from toolroute.decisions import (
+    BooleanAnswer,
+    BooleanQuestion,
+    DecisionLimits,
+    DecisionRequest,
+    DecisionResult,
+)
 
 CATALOG = Catalog.from_mcp_servers(
     {

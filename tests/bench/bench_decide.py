@@ -57,17 +57,10 @@ from loopback.decision_vendors import (  # noqa: E402
     serve_vendor,
 )
 
-from toolroute import (  # noqa: E402
-    BooleanQuestion,
-    DecisionRequest,
-    Outcome,
-    RoutingConfig,
-    Server,
-    route_servers,
-    try_decide,
-)
+from toolroute import Outcome, RoutingConfig, Server, route_servers, try_decide  # noqa: E402
 from toolroute._core.decision import decision_key  # noqa: E402
 from toolroute._decisions.run import decide_in_batches  # noqa: E402
+from toolroute.decisions import BooleanQuestion, DecisionRequest  # noqa: E402
 from toolroute.providers import LayaDecider, TypeSafeDecider  # noqa: E402
 
 TARGET_RATIO = 0.8

@@ -36,21 +36,16 @@ from loopback.decision_vendors import (
     serve_vendor,
 )
 
-from toolroute import (
+from toolroute import DecisionError, Outcome, RoutingConfig, Server, route_servers, try_decide
+from toolroute.decisions import (
     BooleanAnswer,
     BooleanQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
-    DecisionError,
     DecisionRequest,
     DecisionResult,
-    Outcome,
-    RoutingConfig,
     ScoreAnswer,
     ScoreQuestion,
-    Server,
-    route_servers,
-    try_decide,
 )
 from toolroute.providers import (
     ClefDecider,

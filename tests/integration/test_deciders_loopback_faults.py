@@ -25,7 +25,8 @@ from test_deciders_loopback import (
     opened,
 )
 
-from toolroute import BooleanAnswer, DecisionError
+from toolroute import DecisionError
+from toolroute.decisions import BooleanAnswer
 
 #: The vendors whose questions and answers are all addressed by id or position in one call.
 TYPED_VENDORS = (*MAP_VENDORS, "openai_decisions")

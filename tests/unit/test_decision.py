@@ -8,14 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute import (
+from toolroute import ConfigError, DecisionError
+from toolroute._core.decision import decision_key, merge_results, split_questions
+from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
+from toolroute._core.decision_wire import MalformedAnswer, read_answer, read_answers, read_usage
+from toolroute.decisions import (
     BooleanAnswer,
     BooleanGate,
     BooleanQuestion,
     ChoiceAnswer,
     ChoiceQuestion,
-    ConfigError,
-    DecisionError,
     DecisionLimits,
     DecisionRequest,
     DecisionResult,
@@ -29,9 +31,6 @@ from toolroute import (
     read_choice,
     read_score,
 )
-from toolroute._core.decision import decision_key, merge_results, split_questions
-from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
-from toolroute._core.decision_wire import MalformedAnswer, read_answer, read_answers, read_usage
 
 YES = BooleanQuestion("The request needs billing.")
 TEAM = ChoiceQuestion("Which team?", {"billing": "money", "technical": None, "sales": None})

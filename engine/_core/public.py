@@ -1,0 +1,66 @@
+"""Public objects show their public module in ``repr``, errors and pickles.
+
+Each public module (``toolroute``, ``toolroute.config`` …) lists its names in ``__all__`` and
+calls :func:`publish` on its namespace, as trio does: an exported class or function defined in
+a private module gets ``__module__`` set to the public module that exports it, so an error
+prints as ``toolroute.ConfigError`` and a selection's class as ``toolroute.Selection``.
+``__qualname__`` is left as it is. The first public module that exports an object names it;
+``toolroute`` itself runs first, because every submodule import runs the package first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+
+def publish(module: str, namespace: Mapping[str, Any]) -> None:
+    """Rename the home of every class and function in ``namespace["__all__"]`` to ``module``.
+
+    Only objects still named by a private module of toolroute are renamed, so an object
+    exported by several public modules keeps the first one's name.
+
+    Args:
+        module: the public module's name (its ``__name__``).
+        namespace: the module's ``globals()``.
+
+    Raises:
+        KeyError: the module has no ``__all__``.
+    """
+    for name in namespace["__all__"]:
+        value = namespace[name]
+        if isinstance(value, type) or callable(value):
+            _rename(value, module)
+
+
+def is_private_home(module: str) -> bool:
+    """``module`` is a private module of toolroute (``toolroute._core.catalog`` …)."""
+    return module.split(".")[0] == "toolroute" and any(
+        part.startswith("_") for part in module.split(".")
+    )
+
+
+def _rename(value: Any, module: str) -> None:
+    home = getattr(value, "__module__", None)
+    if not isinstance(home, str) or not is_private_home(home):
+        return
+    if isinstance(value, type):
+        if attrs.has(value):
+            # Resolve string annotations while the defining module is still the home:
+            # cattrs resolves them later through ``sys.modules[cls.__module__]``.
+            # A name imported only for type checkers stays a string; cattrs never needs it.
+            with contextlib.suppress(NameError):
+                attrs.resolve_types(value)
+        for member in _members(value, home):
+            member.__module__ = module
+    value.__module__ = module
+
+
+def _members(cls: type, home: str) -> Iterable[Any]:
+    for member in vars(cls).values():
+        function = getattr(member, "__func__", member)  # classmethod / staticmethod
+        if callable(function) and getattr(function, "__module__", None) == home:
+            yield function

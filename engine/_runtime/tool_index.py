@@ -1,0 +1,93 @@
+"""``ToolIndex``: the core's recall index with the default embedder and the disk cache.
+
+The core's ``RecallIndex`` loads nothing and reads no disk; this subclass is what scripts and
+the CLI use: ``ToolIndex(catalog)`` loads the embedded MiniLM model and keeps tool vectors in
+the user cache directory, as the public API always did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .._core.catalog import Catalog
+from .._core.errors import ConfigError
+from .._core.index import Progress, RecallIndex, Strategy
+from .._core.protocols import Embedder
+from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
+
+_DEFAULT: object = object()
+
+
+class ToolIndex(RecallIndex):
+    """Keyword and embedding recall over a catalogue, plus the selection policy.
+
+    Built once: the keyword index at once, tool embeddings from the disk cache or the embedder.
+    If the embedder fails while building or while embedding a query, recall falls back to
+    keyword-only and the result says so (``outcome = degraded``) — nothing raises.
+
+    Args:
+        catalog: the tools.
+        embedder: an ``Embedder``; by default the embedded offline MiniLM model; ``None`` for
+            keyword-only.
+        cache: an ``EmbeddingCache``, a directory, or ``None`` for no disk cache; by default
+            the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides it).
+        strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
+        progress: called as ``progress(done, total)`` while tools are embedded.
+        extra_text: recall-only text per tool id (enrichment's phrasings).
+
+    Raises:
+        ConfigError: an unknown strategy, ``semantic``/``combined`` without an embedder, or
+            a ``cache`` of another type.
+        ModelIntegrityError: the default model's files fail their checksum.
+
+    **Fail-open:** an embedder failure while the tools are embedded leaves a keyword-only
+    index whose results are ``degraded`` with the reason; an unusable cache costs only
+    re-embedding (a ``CacheWarning``), never an error.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        embedder: Embedder | object | None = _DEFAULT,
+        cache: EmbeddingCache | str | os.PathLike[str] | object | None = _DEFAULT,
+        strategy: Strategy | None = None,
+        progress: Progress | None = None,
+        extra_text: Mapping[str, str] | None = None,
+    ) -> None:
+        if not isinstance(catalog, Catalog):
+            raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
+        self._cache = _open_cache(cache) if embedder is not None else None
+        if embedder is _DEFAULT:
+            from ..providers import default_embedder
+
+            embedder = default_embedder()
+        super().__init__(
+            catalog,
+            embedder=embedder,  # type: ignore[arg-type]
+            strategy=strategy,
+            progress=progress,
+            extra_text=extra_text,
+        )
+
+    def tool_vectors(
+        self, embedder: Embedder, texts: Sequence[str], progress: Progress | None
+    ) -> npt.NDArray[np.float32]:
+        """The tools' vectors: cached ones from disk, the rest from the embedder."""
+        return embed_with_cache(embedder, texts, self._cache, progress)
+
+
+def _open_cache(cache: object) -> EmbeddingCache | None:
+    if cache is _DEFAULT:
+        return EmbeddingCache(default_cache_dir())
+    if cache is None or isinstance(cache, EmbeddingCache):
+        return cache
+    if isinstance(cache, str | os.PathLike):
+        return EmbeddingCache(cache)
+    raise ConfigError(
+        f"cache must be an EmbeddingCache, a directory or None, got {type(cache).__name__}"
+    )

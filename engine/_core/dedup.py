@@ -30,7 +30,7 @@ from .errors import ConfigError
 from .text import embedding_text
 
 if TYPE_CHECKING:
-    from ..providers import Embedder
+    from .protocols import Embedder
 
 __all__ = ["DedupResult", "Removed", "dedupe_tools", "signature", "signature_tokens"]
 

@@ -32,10 +32,13 @@ import trio
 
 from ._core.catalog import Catalog, Tool
 from ._core.decision import DecisionRequest, DecisionResult
+from ._core.public import publish as _publish
 from ._core.selection import Selection
 from ._routing.pipeline import RoutingOutcome
 from ._runtime.engine import Engine, StepSelection
 from ._runtime.engine import open_engine as open_trio_engine
+
+__all__ = ["AsyncioEngine", "open_engine"]
 
 T = TypeVar("T")
 
@@ -208,3 +211,6 @@ async def open_engine(catalog: Catalog, **options: Any) -> AsyncIterator[Asyncio
         if host.users == 0:
             del _hosts[loop]
             await host.stop()
+
+
+_publish(__name__, globals())

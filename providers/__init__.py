@@ -3,6 +3,7 @@
 from .._core.protocols import Decider as Decider
 from .._core.protocols import Embedder as Embedder
 from .._core.protocols import Generator as Generator
+from .._core.public import publish as _publish
 from ._decision_loop import HttpDecider as HttpDecider
 from ._default_decider import default_decider as default_decider
 from ._generators import AnthropicGenerator as AnthropicGenerator
@@ -20,3 +21,28 @@ from ._system_one import LayaDecider as LayaDecider
 from ._system_one import PerplexityDecider as PerplexityDecider
 from ._system_one import TypeSafeDecider as TypeSafeDecider
 from ._system_one import XorDecider as XorDecider
+
+__all__ = [
+    "AnthropicGenerator",
+    "ClefDecider",
+    "Decider",
+    "Embedder",
+    "Generator",
+    "HashingEmbedder",
+    "HttpDecider",
+    "LayaDecider",
+    "LogprobDecider",
+    "MiniLMEmbedder",
+    "OpenAICompatibleGenerator",
+    "OpenAIDecisionsDecider",
+    "OpenAIEmbedder",
+    "PerplexityDecider",
+    "RetryPolicy",
+    "ScaleDownDecider",
+    "TypeSafeDecider",
+    "XorDecider",
+    "default_decider",
+    "default_embedder",
+]
+
+_publish(__name__, globals())

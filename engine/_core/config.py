@@ -35,7 +35,7 @@ def _is_int(value: object) -> bool:
 def _ids(value: Sequence[str]) -> tuple[str, ...]:
     ids = id_tuple(value, "always_active")
     if not all(isinstance(i, str) and i for i in ids):
-        raise ConfigError(f"always_active must hold tool ids (strings), got {ids!r}")
+        raise ConfigError(f"always_active must be a list of tool ids (strings), got {ids!r}")
     return ids
 
 

@@ -32,9 +32,7 @@ class FileTooLarge(OSError):
         self.size = size
 
 
-def read_json(
-    path: str | os.PathLike[str], *, what: str, error: type[ToolrouteError]
-) -> object:
+def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteError]) -> object:
     """The parsed JSON value of a UTF-8 file.
 
     Args:

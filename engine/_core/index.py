@@ -31,6 +31,7 @@ STRATEGIES = ("keyword", "semantic", "combined")
 Strategy = Literal["keyword", "semantic", "combined"]
 Progress = Callable[[int, int], None]
 
+
 class RecallIndex:
     """Keyword and embedding recall over a catalogue, plus the selection policy.
 

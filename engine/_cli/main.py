@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -328,22 +327,10 @@ def _routing_json(outcome: Any) -> dict[str, Any]:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    """Run ``tests/bench/peers_bench.py`` from the source checkout this package lives in."""
-    package_root = Path(__file__).resolve().parent.parent
-    for base in (package_root, Path.cwd()):
-        folder = base / "tests" / "bench"
-        if (folder / "peers_bench.py").is_file():
-            break
-    else:
-        raise ToolrouteError(
-            "toolroute bench runs from a source checkout: tests/bench/peers_bench.py was not "
-            "found next to the package or in the current directory"
-        )
-    sys.path.insert(0, str(folder))
-    import peers_bench  # type: ignore[import-not-found]
+    """Run the side-by-side benchmark (its peers are the ``bench`` extra)."""
+    from .._bench.side_by_side import main as bench_main
 
-    result: int = peers_bench.main(args.bench_args)
-    return result
+    return bench_main(args.bench_args)
 
 
 def _tool_id(catalog: Catalog, server: str, name: str) -> str:

@@ -42,7 +42,7 @@ from .._stores.embedding_cache import CacheWarning, _file_lock, _write_atomicall
 from .rerank import one_line, quote_data
 
 if TYPE_CHECKING:
-    from ..providers import Generator
+    from .._core.protocols import Generator
 
 #: File format; bump ``VERSION`` when the prompt changes enough to re-enrich every tool.
 FORMAT: Final = "toolroute-enrichment"

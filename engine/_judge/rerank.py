@@ -33,7 +33,7 @@ from .._core.outcome import Outcome
 from .._core.selection import Ranking
 
 if TYPE_CHECKING:
-    from ..providers import Generator
+    from .._core.protocols import Generator
 
 #: toolpick's ``RERANK_TOOL_LIMIT``: up to this many tools, the model sees the whole catalogue.
 RERANK_TOOL_LIMIT: Final = 50

@@ -14,7 +14,7 @@ import re
 import time
 from importlib import metadata
 
-from . import PeerResult, PeerUnavailable, time_queries
+from .peer import PeerResult, PeerUnavailable, time_queries
 
 TOKEN_PATTERN = r"[a-z0-9]+"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")

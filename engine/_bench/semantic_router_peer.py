@@ -30,7 +30,7 @@ import time
 from importlib import metadata
 from typing import Any
 
-from . import PeerResult, PeerUnavailable, time_queries
+from .peer import PeerResult, PeerUnavailable, time_queries
 
 WARMUP = 10
 

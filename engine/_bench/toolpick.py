@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import PeerResult, PeerUnavailable
+from .peer import PeerResult, PeerUnavailable
 
 TOOLPICK_VERSION = "0.4.0"
 # toolpick's peer deps are ai >=4.0 and zod >=3.25 || >=4.0. ai 7.x needs node >=22, so pin the

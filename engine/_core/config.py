@@ -18,10 +18,10 @@ from .validators import Check, is_number, rule
 
 # Each rule names what it expects; a value of the wrong type fails the rule (ConfigError)
 # instead of raising TypeError from a comparison.
-_positive = rule(lambda v: is_number(v) and v > 0, "a positive number")
-_non_negative_number = rule(lambda v: is_number(v) and v >= 0, "a number at least 0")
-_non_negative = rule(lambda v: _is_int(v) and v >= 0, "an integer at least 0")
-_at_least_one = rule(lambda v: _is_int(v) and v >= 1, "an integer at least 1")
+_positive = rule(lambda v: is_number(v) and v > 0, "positive")
+_non_negative_number = rule(lambda v: is_number(v) and v >= 0, "at least 0")
+_non_negative = rule(lambda v: _is_int(v) and v >= 0, "at least 0 (an integer)")
+_at_least_one = rule(lambda v: _is_int(v) and v >= 1, "at least 1 (an integer)")
 _fraction = rule(lambda v: is_number(v) and 0.0 <= v <= 1.0, "between 0 and 1")
 _flag = rule(lambda v: isinstance(v, bool), "true or false")
 _threshold = rule(lambda v: v is None or is_number(v), "a finite number or None")

@@ -47,7 +47,7 @@ _SPLIT = re.compile(r"[\s|,]+")
 _SLACK = 1e-9
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Removed:
     """A tool dedup dropped.
 
@@ -62,7 +62,7 @@ class Removed:
     similarity: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class DedupResult:
     """What ``dedupe_tools`` kept and dropped.
 
@@ -158,11 +158,11 @@ def dedupe_tools(
     if mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder')
     if not enabled:
-        return DedupResult(tools)
+        return DedupResult(tools=tools)
     try:
         return _dedupe(tools, threshold, mode, embedder)
     except Exception:
-        return DedupResult(tools)
+        return DedupResult(tools=tools)
 
 
 def _dedupe(
@@ -206,7 +206,9 @@ def _dedupe(
             kept.append(tool)
             continue
         head = entries[leader]
-        removed.append(Removed(tool.id, head.id, similarity(index, leader)))
+        removed.append(
+            Removed(name=tool.id, duplicate_of=head.id, similarity=similarity(index, leader))
+        )
         providers.setdefault(head.id, [head.id]).append(tool.id)
     result_tools: Catalog | tuple[Tool, ...]
     if isinstance(original, Catalog):
@@ -216,16 +218,16 @@ def _dedupe(
     else:
         result_tools = tuple(kept)
     return DedupResult(
-        result_tools,
-        tuple(removed),
-        types.MappingProxyType({head: tuple(ids) for head, ids in providers.items()}),
+        tools=result_tools,
+        removed=tuple(removed),
+        providers=types.MappingProxyType({head: tuple(ids) for head, ids in providers.items()}),
     )
 
 
 def _unchanged(original: Catalog | Sequence[Tool], entries: tuple[Tool, ...]) -> DedupResult:
     if isinstance(original, Catalog | tuple):
-        return DedupResult(original)
-    return DedupResult(entries)
+        return DedupResult(tools=original)
+    return DedupResult(tools=entries)
 
 
 def _schema_parts(parameters: Mapping[str, Any] | None) -> list[str]:

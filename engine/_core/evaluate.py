@@ -22,7 +22,7 @@ def split_of(query: str) -> str:
     return "test" if hashlib.sha1(query.encode("utf-8")).digest()[0] < TEST_SPLIT_BYTE else "dev"
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Query:
     """A labelled request: the tools a good selection must surface.
 
@@ -75,7 +75,7 @@ def _query(index: int, item: object, where: str) -> Query:
         raise ConfigError(
             f"{where}: item {index}: 'expected_groups' must be a list of non-empty lists of strings"
         )
-    return Query(item["query"], tuple(expected), groups)
+    return Query(text=item["query"], expected=tuple(expected), groups=groups)
 
 
 def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -89,7 +89,7 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Rate:
     value: float
     low: float
@@ -98,7 +98,7 @@ class Rate:
     @classmethod
     def of(cls, successes: float, n: int) -> Rate:
         low, high = wilson(successes, n)
-        return cls(successes / n if n else 0.0, low, high)
+        return cls(value=successes / n if n else 0.0, low=low, high=high)
 
 
 def evaluate(

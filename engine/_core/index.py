@@ -247,7 +247,13 @@ class RecallIndex:
         reason: str,
     ) -> Ranking:
         if not query.strip():
-            return Ranking((), (), strategy, Outcome.SKIPPED, "empty query")
+            return Ranking(
+                tool_ids=(),
+                scores=(),
+                strategy=strategy,
+                outcome=Outcome.SKIPPED,
+                reason="empty query",
+            )
         tokens = tokenize(query)
         outcome = Outcome.APPLIED
         if strategy != "keyword" and (query_vector is None or self.vectors is None):
@@ -270,12 +276,12 @@ class RecallIndex:
             finite = scores[np.isfinite(scores)]
             baseline = float(finite.mean()) if finite.size else 0.0
         return Ranking(
-            tuple(self._ids[i] for i in picked),
-            tuple(float(scores[i]) for i in picked),
-            strategy,
-            outcome,
-            reason if outcome is Outcome.DEGRADED else "",
-            baseline,
+            tool_ids=tuple(self._ids[i] for i in picked),
+            scores=tuple(float(scores[i]) for i in picked),
+            strategy=strategy,
+            outcome=outcome,
+            reason=reason if outcome is Outcome.DEGRADED else "",
+            baseline=baseline,
         )
 
     # -- selection ----------------------------------------------------------------------------

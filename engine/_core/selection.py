@@ -9,7 +9,7 @@ import attrs
 from .outcome import Outcome
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Selection:
     """The tools to show the model for one request.
 
@@ -40,7 +40,7 @@ class Selection:
         return len(self.tool_ids)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Ranking:
     """Candidates best first, before any policy: what evaluation scores."""
 

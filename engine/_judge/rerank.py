@@ -305,12 +305,12 @@ def reranked_ranking(ranking: Ranking, result: RerankResult) -> Ranking:
     """
     if result.outcome is Outcome.APPLIED:
         return Ranking(
-            result.tool_ids,
-            rerank_scores(len(result.tool_ids)),
-            f"{ranking.strategy}+rerank",
-            ranking.outcome,
-            ranking.reason,
-            0.0,
+            tool_ids=result.tool_ids,
+            scores=rerank_scores(len(result.tool_ids)),
+            strategy=f"{ranking.strategy}+rerank",
+            outcome=ranking.outcome,
+            reason=ranking.reason,
+            baseline=0.0,
         )
     kept = ranking.only(result.tool_ids)
     if result.outcome is not Outcome.DEGRADED:

@@ -92,13 +92,13 @@ async def dedupe_catalog(
     """``catalog`` deduplicated as ``config.dedup`` says, off the event loop, and why it fell
     back to every tool if it failed (fail-open: the original catalogue, nothing removed)."""
     if not config.dedup.enabled:
-        return DedupResult(catalog), ""
+        return DedupResult(tools=catalog), ""
     try:
         result: tuple[DedupResult, str] = await run_cpu(
             _dedupe_sync, catalog, config, embedder, limiter=limiter
         )
     except Exception as exc:
-        return DedupResult(catalog), brief(exc)
+        return DedupResult(tools=catalog), brief(exc)
     return result
 
 

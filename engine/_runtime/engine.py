@@ -127,7 +127,7 @@ class Engine:
         self._cpu = trio.CapacityLimiter(2)
         self._key = new_query_key()  # queries appear in events only as an HMAC
         self._tool_sets = tuple(tool_sets)  # checked by open_engine
-        dedup = dedup or DedupResult(catalog)
+        dedup = dedup or DedupResult(tools=catalog)
         self._serve(catalog, dedup, ToolIndex(served(dedup), embedder=None, cache=None))
         self._ready = trio.Event()
         self._updating = trio.Lock()  # one catalogue change at a time

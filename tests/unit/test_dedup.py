@@ -125,7 +125,9 @@ def test_same_description_other_name_collapses_into_the_first(threshold: float) 
     second = tool("search_v2", "Search for documents in the index", QUERY)
     result = dedupe_tools([first, second], threshold=threshold)
     assert result.tools == (first,)
-    assert result.removed == (Removed("search_v2", "search_v1", 7 / 9),)
+    assert result.removed == (
+        Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),
+    )
 
 
 def test_unrelated_tools_are_kept_at_the_default_threshold() -> None:
@@ -144,7 +146,7 @@ def test_threshold_one_collapses_identical_signatures() -> None:
         Tool(id="s2__fetch", name="fetch", description="fetch  a url", server="s2"),
     ]
     result = dedupe_tools(twins, threshold=1.0)
-    assert result.removed == (Removed("s2__fetch", "s1__fetch", 1.0),)
+    assert result.removed == (Removed(name="s2__fetch", duplicate_of="s1__fetch", similarity=1.0),)
 
 
 def test_similarity_equal_to_the_threshold_collapses() -> None:
@@ -165,7 +167,7 @@ def test_threshold_below_zero_clamps_to_zero_and_collapses_everything() -> None:
 def test_threshold_above_one_clamps_to_one() -> None:
     tools = [tool("a", "same"), tool("a2", "same"), tool("a", "same")]
     result = dedupe_tools(tools, threshold=2)
-    assert result.removed == (Removed("a", "a", 1.0),)
+    assert result.removed == (Removed(name="a", duplicate_of="a", similarity=1.0),)
     assert len(result.tools) == 2
 
 
@@ -205,7 +207,7 @@ def test_content_mode_collapses_tools_that_differ_only_in_name() -> None:
     tools = [tool("search_v1", "Search docs", QUERY), tool("search_v2", "Search docs", QUERY)]
     assert dedupe_tools(tools, threshold=1.0).removed == ()
     result = dedupe_tools(tools, threshold=1.0, mode="content")
-    assert result.removed == (Removed("search_v2", "search_v1", 1.0),)
+    assert result.removed == (Removed(name="search_v2", duplicate_of="search_v1", similarity=1.0),)
 
 
 def test_unknown_mode_raises() -> None:

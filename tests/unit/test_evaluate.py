@@ -24,7 +24,7 @@ def test_split_of_is_stable_and_follows_the_sha1_byte(text: str) -> None:
     split = split_of(text)
     assert split in {"dev", "test"}
     assert split_of(text) == split
-    assert Query(text, (), ()).split == split
+    assert Query(text=text, expected=(), groups=()).split == split
     first = hashlib.sha1(text.encode("utf-8")).digest()[0]
     assert (split == "test") == (first < TEST_SPLIT_BYTE)
 
@@ -56,15 +56,15 @@ def test_split_of_puts_about_a_fifth_in_test() -> None:
 def hand_made() -> tuple[list[Query], list[list[str]]]:
     queries = [
         # found first
-        Query("q1", ("a",), (("a",),)),
+        Query(text="q1", expected=("a",), groups=(("a",),)),
         # two tools, found at ranks 1 and 5 (0-based)
-        Query("q2", ("a", "b"), (("a",), ("b",))),
+        Query(text="q2", expected=("a", "b"), groups=(("a",), ("b",))),
         # alternatives group (p or q) found at rank 1, group r at rank 4
-        Query("q3", ("p", "q", "r"), (("p", "q"), ("r",))),
+        Query(text="q3", expected=("p", "q", "r"), groups=(("p", "q"), ("r",))),
         # nothing expected: counted apart
-        Query("q4", (), ()),
+        Query(text="q4", expected=(), groups=()),
         # found only at rank 5, just outside the top 5
-        Query("q5", ("z",), (("z",),)),
+        Query(text="q5", expected=("z",), groups=(("z",),)),
     ]
     rankings = [
         ["a", "b", "c"],
@@ -122,7 +122,10 @@ def test_extra_ks_are_reported_and_1_and_5_always_are() -> None:
 
 
 def test_queries_without_expected_tools_are_never_hits_or_misses() -> None:
-    queries = [Query("none", (), ()), Query("also none", (), ())]
+    queries = [
+        Query(text="none", expected=(), groups=()),
+        Query(text="also none", expected=(), groups=()),
+    ]
     report = evaluate(queries, [["a"], []])
     assert report["n"] == 0
     assert report["n_no_tool"] == 2
@@ -136,7 +139,7 @@ def test_queries_without_expected_tools_are_never_hits_or_misses() -> None:
 
 
 def test_misses_are_capped() -> None:
-    queries = [Query(f"q{i}", ("z",), (("z",),)) for i in range(5)]
+    queries = [Query(text=f"q{i}", expected=("z",), groups=(("z",),)) for i in range(5)]
     report = evaluate(queries, [["a"]] * 5, misses=2)
     assert [m["query"] for m in report["misses"]] == ["q0", "q1"]  # type: ignore[attr-defined]
     assert report["mrr"] == 0.0  # never found: no reciprocal rank at all
@@ -207,10 +210,10 @@ def test_load_queries_reads_every_shape(tmp_path: Path) -> None:
         ],
     )
     assert load_queries(path) == [
-        Query("one", ("a",), (("a",),)),
-        Query("many", ("a", "b"), (("a",), ("b",))),
-        Query("groups", ("a", "b"), (("a", "b"), ("c",))),
-        Query("none", (), ()),
+        Query(text="one", expected=("a",), groups=(("a",),)),
+        Query(text="many", expected=("a", "b"), groups=(("a",), ("b",))),
+        Query(text="groups", expected=("a", "b"), groups=(("a", "b"), ("c",))),
+        Query(text="none", expected=(), groups=()),
     ]
 
 

@@ -262,7 +262,13 @@ def test_rerank_scores_follow_toolpick() -> None:
 
 
 def test_reranked_ranking_applied_uses_pick_order_and_toolpick_scores() -> None:
-    ranking = Ranking(IDS[:4], (0.9, 0.8, 0.7, 0.6), "combined", Outcome.APPLIED, "", 0.2)
+    ranking = Ranking(
+        tool_ids=IDS[:4],
+        scores=(0.9, 0.8, 0.7, 0.6),
+        strategy="combined",
+        outcome=Outcome.APPLIED,
+        baseline=0.2,
+    )
     result = RerankResult(("get_weather", "send_email"), Outcome.APPLIED)
     out = reranked_ranking(ranking, result)
     assert out.tool_ids == ("get_weather", "send_email")
@@ -273,7 +279,13 @@ def test_reranked_ranking_applied_uses_pick_order_and_toolpick_scores() -> None:
 
 
 def test_reranked_ranking_degraded_keeps_recall_scores_and_says_why() -> None:
-    ranking = Ranking(IDS[:4], (0.9, 0.8, 0.7, 0.6), "combined", Outcome.APPLIED, "", 0.2)
+    ranking = Ranking(
+        tool_ids=IDS[:4],
+        scores=(0.9, 0.8, 0.7, 0.6),
+        strategy="combined",
+        outcome=Outcome.APPLIED,
+        baseline=0.2,
+    )
     result = RerankResult(IDS[:3], Outcome.DEGRADED, "rerank took longer than 1 s")
     out = reranked_ranking(ranking, result)
     assert out.tool_ids == IDS[:3]

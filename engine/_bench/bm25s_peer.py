@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from importlib import metadata
+from typing import Any
 
 from .peer import PeerResult, PeerUnavailable, time_queries
 
@@ -28,7 +29,7 @@ def split_name(name: str) -> str:
     return " ".join(part for w in words for part in _CAMEL.split(w) if part)
 
 
-def tool_text(tool: dict) -> str:
+def tool_text(tool: dict[str, Any]) -> str:
     name = str(tool.get("name", ""))
     server = tool.get("server")
     if server and name.startswith(f"{server}__"):
@@ -39,7 +40,7 @@ def tool_text(tool: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def run(tools: list[dict], queries: list[str], k: int) -> PeerResult:
+def run(tools: list[dict[str, Any]], queries: list[str], k: int) -> PeerResult:
     try:
         import bm25s
     except Exception as exc:  # pragma: no cover - depends on the environment
@@ -48,7 +49,7 @@ def run(tools: list[dict], queries: list[str], k: int) -> PeerResult:
     names = [str(t["name"]) for t in tools]
     k_eff = min(k, len(names))
 
-    def tok(texts: list[str]):
+    def tok(texts: list[str]) -> Any:
         return bm25s.tokenize(
             texts,
             lower=True,

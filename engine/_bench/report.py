@@ -183,7 +183,8 @@ def plots(report: dict[str, Any], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     width = 0.8 / len(systems)
     for i, system in enumerate(systems):
-        values, errors = [], [[], []]
+        values: list[float] = []
+        errors: list[list[float]] = [[], []]
         for name in datasets:
             data = report["datasets"][name]
             subset = "test"

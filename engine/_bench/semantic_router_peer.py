@@ -35,7 +35,7 @@ from .peer import PeerResult, PeerUnavailable, time_queries
 WARMUP = 10
 
 
-def route_text(tool: dict) -> str:
+def route_text(tool: dict[str, Any]) -> str:
     return f"{tool['name']}: {tool.get('description') or ''}"
 
 
@@ -63,9 +63,9 @@ def _import() -> Any:
 def _encoder_class(DenseEncoder: Any) -> Any:
     import asyncio
 
-    from pydantic import PrivateAttr
+    from pydantic import PrivateAttr  # installed with semantic-router
 
-    class ToolrouteEncoder(DenseEncoder):  # type: ignore[misc, valid-type]
+    class ToolrouteEncoder(DenseEncoder):  # type: ignore[misc, valid-type, unused-ignore]
         """semantic-router dense encoder wrapping toolroute's offline default embedder."""
 
         name: str = "toolroute-default"
@@ -77,7 +77,8 @@ def _encoder_class(DenseEncoder: Any) -> Any:
             self._embedder = embedder
 
         def __call__(self, docs: list[Any]) -> list[list[float]]:
-            return self._embedder.embed([str(d) for d in docs]).tolist()
+            vectors: list[list[float]] = self._embedder.embed([str(d) for d in docs]).tolist()
+            return vectors
 
         async def acall(self, docs: list[Any]) -> list[list[float]]:
             return await asyncio.to_thread(self.__call__, docs)
@@ -97,7 +98,7 @@ def _local_wordpiece(PretrainedTokenizer: Any, embedder: Any) -> Any:
     if not path:
         raise PeerUnavailable("no local tokenizer.json for the hybrid router's BM25Encoder")
 
-    class LocalWordPiece(PretrainedTokenizer):  # type: ignore[misc, valid-type]
+    class LocalWordPiece(PretrainedTokenizer):  # type: ignore[misc, valid-type, unused-ignore]
         def __init__(self, file: str) -> None:  # no super().__init__: it downloads
             self.add_special_tokens = False
             self.model_ident = f"file:{file}"
@@ -110,7 +111,7 @@ def _local_wordpiece(PretrainedTokenizer: Any, embedder: Any) -> Any:
 
 
 def _run(
-    tools: list[dict], queries: list[str], k: int, *, hybrid: bool, embedder: Any = None
+    tools: list[dict[str, Any]], queries: list[str], k: int, *, hybrid: bool, embedder: Any = None
 ) -> PeerResult:
     (
         IndexedRouter,
@@ -121,7 +122,7 @@ def _run(
         HybridLocalIndex,
         PretrainedTokenizer,
     ) = _import()
-    from toolroute.providers import default_embedder
+    from ..providers import default_embedder
 
     version = metadata.version("semantic-router")
     embedder = embedder or default_embedder()
@@ -188,11 +189,13 @@ def _run(
     return PeerResult(rankings, latencies, build_s, version, how)
 
 
-def run(tools: list[dict], queries: list[str], k: int, *, embedder: Any = None) -> PeerResult:
+def run(
+    tools: list[dict[str, Any]], queries: list[str], k: int, *, embedder: Any = None
+) -> PeerResult:
     """Dense semantic-router (the comparison run); ``embedder`` defaults to toolroute's."""
     return _run(tools, queries, k, hybrid=False, embedder=embedder)
 
 
-def run_hybrid(tools: list[dict], queries: list[str], k: int) -> PeerResult:
+def run_hybrid(tools: list[dict[str, Any]], queries: list[str], k: int) -> PeerResult:
     """Optional variant: its hybrid router with an offline BM25 sparse encoder."""
     return _run(tools, queries, k, hybrid=True)

@@ -32,6 +32,7 @@ import numpy as np
 
 from .._core.catalog import Catalog
 from .._core.evaluate import load_queries
+from .._core.protocols import Embedder
 from .._core.text import embedding_text
 from .._runtime.tool_index import ToolIndex
 from .._stores.embedding_cache import EmbeddingCache
@@ -58,7 +59,7 @@ DEFAULT_DATASETS = Path("..") / "shared" / "datasets"
 
 def run_toolroute(
     strategy: str,
-    tools: list[dict],
+    tools: list[dict[str, Any]],
     queries: list[str],
     *,
     hashing: bool = False,
@@ -66,7 +67,7 @@ def run_toolroute(
 ) -> PeerResult:
     from ..providers import HashingEmbedder, default_embedder
 
-    embedder = HashingEmbedder() if hashing else default_embedder()
+    embedder: Embedder | None = HashingEmbedder() if hashing else default_embedder()
     if strategy == "keyword":
         embedder = None
     catalog = Catalog.from_plain(tools)
@@ -91,7 +92,11 @@ def run_toolroute(
 
 
 def run_system(
-    system: str, tools: list[dict], queries: list[str], workdir: str, scale_vectors: str | None
+    system: str,
+    tools: list[dict[str, Any]],
+    queries: list[str],
+    workdir: str,
+    scale_vectors: str | None,
 ) -> dict[str, Any]:
     """Run one system over one catalogue; returns a JSON-ready dict (or ``unavailable``)."""
     try:
@@ -110,7 +115,11 @@ def run_system(
 
 
 def _dispatch(
-    system: str, tools: list[dict], queries: list[str], workdir: Path, scale_vectors: str | None
+    system: str,
+    tools: list[dict[str, Any]],
+    queries: list[str],
+    workdir: Path,
+    scale_vectors: str | None,
 ) -> PeerResult:
     if system.startswith("toolroute"):
         strategy = system.split()[1]
@@ -163,7 +172,7 @@ class _LookupEmbedder:
 # -- scale ------------------------------------------------------------------------------------
 
 
-def prepare_scale(root: Path, size: int, workdir: Path) -> tuple[list[dict], Path]:
+def prepare_scale(root: Path, size: int, workdir: Path) -> tuple[list[dict[str, Any]], Path]:
     """A synthetic catalogue of ``size`` tools and random unit tool vectors, stored both in a
     toolroute cache and as the semantic-router utterance table."""
     from ..providers import default_embedder
@@ -227,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     context = multiprocessing.get_context("spawn")
 
     def run(
-        system: str, tools: list[dict], queries: list[str], vectors: Path | None = None
+        system: str, tools: list[dict[str, Any]], queries: list[str], vectors: Path | None = None
     ) -> dict[str, Any]:
         with ProcessPoolExecutor(1, mp_context=context) as pool:
             return pool.submit(

@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .peer import PeerResult, PeerUnavailable
 
@@ -152,7 +153,7 @@ def ensure_installed(workdir: Path) -> Path:
 
 
 def run(
-    tools: list[dict],
+    tools: list[dict[str, Any]],
     queries: list[str],
     k: int,
     *,

@@ -10,7 +10,8 @@ import attrs
 from . import files, readers
 from .errors import CatalogError
 from .tool import QUALIFIER as QUALIFIER
-from .tool import Server, Tool
+from .tool import Server as Server
+from .tool import Tool as Tool
 from .tool import id_tuple as id_tuple
 
 

@@ -36,6 +36,7 @@ class ScriptedEmbedder:
         faults: one fault per call, in order, repeated: ``ok``, ``raise``, ``hang``,
             ``wrong_count`` (a row missing), ``wrong_width``, ``nan``, ``zero`` vectors.
         fail: every call raises (the same as ``faults=["raise"]``).
+        error: what a ``raise`` fault raises (a ``RuntimeError`` by default).
         identity: the cache key of its vectors.
         max_batch: the batch size it declares.
 
@@ -55,6 +56,7 @@ class ScriptedEmbedder:
         delay: float = 0.0,
         faults: Sequence[Fault] = (),
         fail: bool = False,
+        error: Exception | None = None,
         identity: str = "scripted",
         max_batch: int = 16,
     ) -> None:
@@ -64,6 +66,7 @@ class ScriptedEmbedder:
         self.identity, self.dim, self.max_batch = identity, dim, max_batch
         self.delay = delay
         self.faults: list[Fault] = ["raise"] if fail else list(faults)
+        self.error = error if error is not None else RuntimeError("scripted embedder failure")
         self.calls: list[int] = []
         self.texts: list[str] = []
         self._hashing = HashingEmbedder(dim=dim)
@@ -83,14 +86,14 @@ class ScriptedEmbedder:
         """Vectors for ``texts``, or the scheduled fault.
 
         Raises:
-            RuntimeError: the scheduled fault is ``raise``.
+            Exception: ``error`` when the scheduled fault is ``raise``.
         """
         fault = self.faults[len(self.calls) % len(self.faults)] if self.faults else "ok"
         self.calls.append(len(texts))
         self.texts.extend(texts)
         self.hanging = fault == "hang"
         if fault == "raise":
-            raise RuntimeError("scripted embedder failure")
+            raise self.error
         vectors = self._hashing.embed(list(texts)) if texts else np.zeros((0, self.dim), np.float32)
         for row, text in enumerate(texts):
             if text in self._fixed:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from toolroute import Catalog, ConfigError, Outcome, Ranking, Selection, ToolIndex
+from toolroute._core.index import RecallIndex
 from toolroute._core.text import embedding_text
 from toolroute.providers import Embedder, HashingEmbedder
+from toolroute.testing import ScriptedEmbedder
 
 CATALOG = Catalog.from_plain(
     [
@@ -37,19 +40,9 @@ def hashing_index(catalog: Catalog = CATALOG, **kwargs: object) -> ToolIndex:
     return ToolIndex(catalog, embedder=HashingEmbedder(dim=512), cache=None, **kwargs)  # type: ignore[arg-type]
 
 
-class FailingEmbedder:
+def failing_embedder() -> ScriptedEmbedder:
     """Implements the Embedder protocol; every ``embed`` call raises."""
-
-    identity = "failing:1"
-    dim = 16
-    max_batch = 8
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        self.calls += 1
-        raise RuntimeError("model offline")
+    return ScriptedEmbedder(dim=16, fail=True, error=RuntimeError("model offline"))
 
 
 class FailsOnQueries:
@@ -111,7 +104,7 @@ class BrokenRows:
 
 def test_test_embedders_satisfy_the_protocol() -> None:
     for embedder in (
-        FailingEmbedder(),
+        failing_embedder(),
         FailsOnQueries(),
         ShapeAfterBuild([]),
         BrokenRows(set(), set()),
@@ -218,9 +211,9 @@ def test_bad_cache_argument_is_a_config_error() -> None:
 
 
 def test_failing_embedder_build_succeeds_and_selections_degrade() -> None:
-    embedder = FailingEmbedder()
+    embedder = failing_embedder()
     index = ToolIndex(CATALOG, embedder=embedder, cache=None)
-    assert embedder.calls == 1
+    assert len(embedder.calls) == 1
     assert index.vectors is None
     assert index.strategy == "combined"
     assert "embedder failed while indexing: RuntimeError: model offline" in index.degraded_reason
@@ -230,11 +223,11 @@ def test_failing_embedder_build_succeeds_and_selections_degrade() -> None:
         assert selection.strategy == "keyword"
         assert "RuntimeError: model offline" in selection.reason
         assert selection.tool_ids[0] == "send_email"
-    assert embedder.calls == 1  # no query is sent to an embedder that failed at build
+    assert len(embedder.calls) == 1  # no query is sent to an embedder that failed at build
 
 
 def test_degraded_selection_does_not_apply_the_threshold() -> None:
-    index = ToolIndex(CATALOG, embedder=FailingEmbedder(), cache=None)
+    index = ToolIndex(CATALOG, embedder=failing_embedder(), cache=None)
     # A cosine-scale threshold means nothing on the BM25 scale: it is ignored.
     selection = index.select("send an email", threshold=0.99)
     assert selection.outcome is Outcome.DEGRADED
@@ -242,14 +235,14 @@ def test_degraded_selection_does_not_apply_the_threshold() -> None:
 
 
 def test_failing_embedder_keyword_strategy_is_applied() -> None:
-    index = ToolIndex(CATALOG, embedder=FailingEmbedder(), cache=None)
+    index = ToolIndex(CATALOG, embedder=failing_embedder(), cache=None)
     selection = index.select("send an email", strategy="keyword")
     assert selection.outcome is Outcome.APPLIED
     assert selection.reason == ""
 
 
 def test_failing_embedder_empty_query_is_still_skipped() -> None:
-    index = ToolIndex(CATALOG, embedder=FailingEmbedder(), cache=None)
+    index = ToolIndex(CATALOG, embedder=failing_embedder(), cache=None)
     assert index.select(" ").outcome is Outcome.SKIPPED
 
 
@@ -498,3 +491,41 @@ def test_rank_with_an_outside_vector_matches_search() -> None:
     assert degraded.outcome == "degraded"
     assert degraded.reason == "embedding late"
     assert degraded.strategy == "keyword"
+
+
+# -- the core's index loads nothing; ToolIndex adds the default cache ---------------------------
+
+
+def test_the_core_index_embeds_with_the_given_embedder_and_no_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLROUTE_CACHE_DIR", str(tmp_path))
+    embedder = ScriptedEmbedder(dim=32)
+    index = RecallIndex(CATALOG, embedder=embedder)
+    assert index.vectors is not None
+    assert embedder.calls == [len(CATALOG)]
+    assert index.select("send an email").tool_ids[0] == "send_email"
+    assert list(tmp_path.iterdir()) == []  # nothing written: the core has no cache
+    assert RecallIndex(CATALOG).strategy == "keyword"  # no embedder: no model is loaded
+
+
+def test_tool_index_keeps_the_default_cache_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLROUTE_CACHE_DIR", str(tmp_path))
+    first = ScriptedEmbedder(dim=32)
+    ToolIndex(CATALOG, embedder=first)
+    assert first.calls == [len(CATALOG)]
+    assert ".emb" in {p.suffix for p in tmp_path.iterdir()}
+    again = ScriptedEmbedder(dim=32)
+    index = ToolIndex(CATALOG, embedder=again)  # same identity: vectors from the cache
+    assert again.calls == []
+    assert isinstance(index, RecallIndex)
+    assert index.vectors is not None
+
+
+def test_query_vectors_are_checked_by_the_public_call() -> None:
+    index = RecallIndex(CATALOG, embedder=ScriptedEmbedder(dim=32, faults=["ok", "nan"]))
+    with pytest.raises(ValueError, match="NaN"):
+        index.query_vectors(["weather"])
+    assert index.query_vectors(["weather"]).shape == (1, 32)

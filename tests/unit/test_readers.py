@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute import Catalog, CatalogError, Server, Tool
+from toolroute import Catalog, CatalogError, ConfigError, Server, Tool, load_queries
+from toolroute._core import files, readers
 
 WEATHER_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -656,3 +657,45 @@ def test_plain_tools_round_trip_names_and_descriptions_in_order(
     for catalog in (Catalog.from_plain(data), Catalog.from_data(data)):
         assert [(t.name, t.description) for t in catalog] == pairs
         assert catalog.ids == tuple(name for name, _ in pairs)
+
+
+# -- the one core module that reads files --------------------------------------------------------
+
+
+def test_tool_and_queries_files_are_read_alike(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text('{"a": }', encoding="utf-8")
+    with pytest.raises(CatalogError) as tools:
+        Catalog.from_file(path)
+    with pytest.raises(ConfigError) as queries:
+        load_queries(path)
+    assert str(tools.value) == str(queries.value).replace("queries file", "tool file")
+    assert "not valid JSON: Expecting value at line 1, column 7" in str(queries.value)
+
+
+def test_a_duplicate_in_a_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "twice.json"
+    path.write_text('[{"name": "a"}, {"name": "a"}]', encoding="utf-8")
+    with pytest.raises(CatalogError, match=r"twice\.json: duplicate tool id 'a'"):
+        Catalog.from_file(path)
+
+
+def test_read_regular_file_refuses_what_it_must_not_read(tmp_path: Path) -> None:
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"12345")
+    assert files.read_regular_file(str(small), 5) == b"12345"
+    with pytest.raises(files.FileTooLarge) as too_big:
+        files.read_regular_file(str(small), 4)
+    assert too_big.value.size == 5
+    with pytest.raises(files.NotAFile):
+        files.read_regular_file(str(tmp_path), 100)
+    with pytest.raises(FileNotFoundError):
+        files.read_regular_file(str(tmp_path / "absent"), 100)
+    with pytest.raises(ValueError, match="null byte"):
+        files.read_regular_file("bad\0name", 100)
+
+
+def test_readers_return_tools_and_the_catalog_is_built_once() -> None:
+    read = readers.read_data({"servers": [{"name": "s", "description": "d", "tools": []}]})
+    assert read == readers.ReadTools([], {"s": "d"})
+    assert isinstance(Catalog.from_data([{"name": "a"}]), Catalog)

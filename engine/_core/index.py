@@ -91,7 +91,8 @@ class RecallIndex:
         (one row per tool, from ``embedder``) for semantic and combined recall.
 
         This is how a runtime warms up in the background: serve a keyword-only index at once,
-        embed the tools elsewhere (``embed_with_cache``), then swap in the copy.
+        embed the tools elsewhere (``embed_with_cache`` in the stores layer), then swap in
+        the copy.
 
         Raises:
             ConfigError: ``vectors`` does not have one row per tool.

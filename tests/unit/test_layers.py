@@ -421,3 +421,24 @@ def test_the_graph_reader_sees_every_layer() -> None:
         imp.source == "toolroute._core.catalog" and imp.target == "toolroute._core.readers"
         for imp in imports()
     )
+
+
+def test_the_checks_catch_what_they_look_for() -> None:
+    # The rules above pass on clean code; these show each detector fires on a violation.
+    calls = [
+        node.func
+        for node in ast.walk(
+            ast.parse("os.stat(p); os.path.isfile(p); os.fspath(p); os.path.join(a, b)")
+        )
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    ]
+    assert [_is_os_file_call(call) for call in calls] == [True, True, False, False]
+    core = modules()["toolroute._core.catalog"]
+    relative = ast.parse("from ..providers import Embedder\nfrom . import files").body
+    assert [_resolve(core, node) for node in relative if isinstance(node, ast.ImportFrom)] == [
+        "toolroute.providers",
+        "toolroute._core",
+    ]
+    assert layer("toolroute._core.catalog") == "_core"
+    assert layer("toolroute.providers._http") == "providers"
+    assert layer("toolroute.__main__") == "public"

@@ -51,8 +51,22 @@ def load_queries(path: str | os.PathLike[str]) -> list[Query]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read queries file {where!r}: {exc.strerror}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"queries file {where!r} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"queries file {where!r} is not UTF-8: {exc.reason}") from exc
+    except json.JSONDecodeError as exc:  # worded as the tool file's error
+        raise ConfigError(
+            f"queries file {where!r} is not valid JSON: {exc.msg} "
+            f"at line {exc.lineno}, column {exc.colno}"
+        ) from exc
+    return queries_from_data(data, where)
+
+
+def queries_from_data(data: object, where: str) -> list[Query]:
+    """Like ``load_queries`` for an already parsed JSON value; ``where`` names its source.
+
+    Raises:
+        ConfigError: an item has the wrong shape.
+    """
     if not isinstance(data, list):
         raise ConfigError(
             f"{where}: expected a list of {{query, expected}} objects, got {type(data).__name__}"

@@ -61,8 +61,6 @@ def read_catalog(path: str | os.PathLike[str], format: str | None) -> Catalog:
         catalog = Catalog.from_data(data, format=format)
     except CatalogError as exc:
         raise CatalogError(f"{where}: {exc}") from None
-    except RecursionError:  # a schema nested thousands deep
-        raise CatalogError(f"{where}: a tool definition is nested too deeply") from None
     if not catalog.tools:
         raise ConfigError(f"tool file {where!r} holds no tools: {_describe_empty(data)}")
     return catalog

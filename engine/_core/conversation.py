@@ -29,6 +29,7 @@ Query extraction follows toolpick's rules as the reference:
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias, TypeGuard
 
@@ -227,7 +228,7 @@ def _describe(value: object) -> str:
 
 
 def _clip(value: object) -> str:
-    text = repr(value)
+    text = reprlib.repr(value)  # bounded depth and length, whatever the caller passed
     return text if len(text) <= 80 else text[:77] + "..."
 
 

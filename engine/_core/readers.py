@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ def read_file(path: str | os.PathLike[str], *, format: str | None = None) -> Cat
             f"tool file {os.fspath(path)!r} is not valid JSON: {exc.msg} "
             f"at line {exc.lineno}, column {exc.colno}"
         ) from exc
+    except RecursionError:  # arrays nested thousands deep
+        raise CatalogError(
+            f"tool file {os.fspath(path)!r} is not valid JSON: nested too deeply"
+        ) from None
     try:
         return read_data(data, format=format)
     except CatalogError as exc:
@@ -113,10 +118,12 @@ def read_mcp_servers(servers: Mapping[str, object]) -> Catalog:
 
 
 def _read_server_list(data: object) -> Catalog:
-    assert isinstance(data, Mapping)
+    servers = data.get("servers") if isinstance(data, Mapping) else None
+    if not isinstance(servers, list):  # reachable with format="mcp-servers" on any data
+        raise CatalogError(f"expected {{'servers': [...]}}, got {_describe(data)}")
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
-    for index, entry in enumerate(data["servers"]):
+    for index, entry in enumerate(servers):
         if not isinstance(entry, Mapping):
             raise CatalogError(f"server {index}: expected an object, got {_describe(entry)}")
         name = entry.get("name", entry.get("id"))
@@ -271,13 +278,17 @@ def _build(
             raise CatalogError(
                 f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
             )
+    try:
+        parameters, annotations = _copy_json(parameters), _copy_json(annotations)
+    except RecursionError:  # a caller's schema nested hundreds deep
+        raise CatalogError(f"{where}: the schema is nested too deeply to read") from None
     return Tool(
         id=tool_id,
         name=name,
         description=description,
-        parameters=_copy_json(parameters),
+        parameters=parameters,
         server=server,
-        annotations=_copy_json(annotations),
+        annotations=annotations,
         title=title,
     )
 
@@ -344,7 +355,10 @@ def _copy_json(value: Any) -> Any:
 def _describe(value: object) -> str:
     if value is None:
         return "nothing (null or missing)"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # nested too deeply for repr: a bounded one
+        text = reprlib.repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"

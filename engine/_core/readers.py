@@ -279,16 +279,16 @@ def _build(
                 f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
             )
     try:
-        parameters, annotations = _copy_json(parameters), _copy_json(annotations)
+        schema, notes = _copy_json(parameters), _copy_json(annotations)
     except RecursionError:  # a caller's schema nested hundreds deep
         raise CatalogError(f"{where}: the schema is nested too deeply to read") from None
     return Tool(
         id=tool_id,
         name=name,
         description=description,
-        parameters=parameters,
+        parameters=schema,
         server=server,
-        annotations=annotations,
+        annotations=notes,
         title=title,
     )
 

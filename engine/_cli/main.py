@@ -7,18 +7,28 @@ import json
 import random
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
 import attrs
 
 from .._core.catalog import Catalog
-from .._core.errors import ToolrouteError
-from .._core.evaluate import evaluate, load_queries
+from .._core.errors import ConfigError, ToolrouteError
+from .._core.evaluate import evaluate
 from .._core.index import STRATEGIES, Progress
 from .._core.selection import Selection
 from .._runtime.tool_index import ToolIndex
+from .inputs import (
+    check_expected_ids,
+    finite_float,
+    positive_float,
+    positive_int,
+    read_catalog,
+    read_queries,
+)
 
 EMBEDDERS = ("minilm", "hashing", "none")
 
@@ -31,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     try:
-        result: int = args.run(args)
+        with _one_line_warnings():
+            result: int = args.run(args)
         return result
     except ToolrouteError as exc:
         print(f"toolroute: error: {exc}", file=sys.stderr)
@@ -42,16 +53,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+@contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Print warnings (an unusable cache directory …) as one ``toolroute: warning:`` line,
+    without the source line Python's default format adds."""
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
+        print(f"toolroute: warning: {kind}{message}", file=sys.stderr if file is None else file)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line too, naming the help to read."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="toolroute", description="Choose the few tools an LLM agent should see."
-    )
+    parser = _Parser(prog="toolroute", description="Choose the few tools an LLM agent should see.")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     select = commands.add_parser("select", help="pick tools for one or more requests")
     _index_options(select)
     select.add_argument("--max-tools", type=int, default=5, help="ceiling on ranked picks (5)")
-    select.add_argument("--threshold", type=float, default=None, help="minimum score")
+    select.add_argument("--threshold", type=finite_float, default=None, help="minimum score")
     select.add_argument("--no-adaptive", action="store_true", help="do not cut at the elbow")
     select.add_argument("--json", action="store_true", help="print JSON lines")
     select.add_argument("query", nargs="+", help="the request(s)")
@@ -67,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         default="all",
         help="the fixed sha1 split of the queries to score (all)",
     )
-    ev.add_argument("--sample", type=int, default=None, help="score a seeded sample of N queries")
+    ev.add_argument(
+        "--sample", type=positive_int, default=None, help="score a seeded sample of N queries"
+    )
     ev.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.set_defaults(run=_run_eval)
@@ -89,7 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument(
         "--provider", default=None, help="decision provider name (from the environment)"
     )
-    route.add_argument("--deadline", type=float, default=15.0, help="seconds for the call (15)")
+    route.add_argument(
+        "--deadline", type=positive_float, default=15.0, help="seconds for the call (15)"
+    )
     route.add_argument("--json", action="store_true", help="print JSON lines")
     route.add_argument("query", nargs="+", help="the request(s)")
     route.set_defaults(run=_run_route)
@@ -154,7 +195,7 @@ def _build(
 
 
 def _run_select(args: argparse.Namespace) -> int:
-    index = _build(args, Catalog.from_file(args.tools, format=args.format))
+    index = _build(args, read_catalog(args.tools, args.format))
     for query in args.query:
         selection = index.select(
             query,
@@ -194,12 +235,14 @@ def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    catalog = Catalog.from_file(args.tools, format=args.format)
-    queries = load_queries(args.queries)
+    catalog = read_catalog(args.tools, args.format)
+    queries = read_queries(args.queries)
+    check_expected_ids(queries, catalog, args.queries)
     if args.split != "all":
         queries = [q for q in queries if q.split == args.split]
     if args.sample is not None and args.sample < len(queries):
         queries = random.Random(args.seed).sample(queries, args.sample)
+    _check_scorable(queries, args)
     index = _build(args, catalog, None if args.json else _progress_printer())
     k = max([*args.k, 5])
     rankings, latencies = [], []
@@ -228,6 +271,18 @@ def _run_eval(args: argparse.Namespace) -> int:
     print(f"  {'mrr':16s} {report['mrr']:.3f}")
     print(f"  latency ms       p50 {latency['p50']:.2f}  p95 {latency['p95']:.2f}")
     return 0
+
+
+def _check_scorable(queries: Sequence[object], args: argparse.Namespace) -> None:
+    """Metrics over zero labelled queries would print as zeros that mean nothing."""
+    where = f"{args.queries!r}" + ("" if args.split == "all" else f" ({args.split} split)")
+    if not queries:
+        raise ConfigError(f"no queries to score in {where}")
+    if not any(getattr(q, "groups", ()) for q in queries):
+        raise ConfigError(
+            f"none of the {len(queries)} queries in {where} names an expected tool: "
+            "nothing to score"
+        )
 
 
 def _progress_printer() -> Progress:
@@ -283,7 +338,7 @@ def _run_route(args: argparse.Namespace) -> int:
     from ..providers import default_decider
 
     if args.tools:
-        catalog = Catalog.from_file(args.tools, format=args.format)
+        catalog = read_catalog(args.tools, args.format)
     else:
         data = resources.files("toolroute") / "data" / "demo_catalog.json"
         catalog = Catalog.from_data(json.loads(data.read_text("utf-8")))

@@ -10,6 +10,10 @@ earlier *kept* tool (never through a chain of removed ones).
 For thresholds of 0.5 and above the pass runs as an exact set-similarity join (prefix and size
 filtering over an inverted index of kept tools, every candidate verified exactly), so its result
 equals the all-pairs pass; below 0.5 the prefix filter stops paying off and the naive pass runs.
+
+Plain tool definitions (OpenAI, Anthropic, Gemini, MCP dicts) are read with the catalogue
+readers at the edge, so a caller's malformed definition is a ``CatalogError``, never a silent
+fail-open: fail-open covers faults inside dedup (and the embedder's), not the caller's input.
 """
 
 from __future__ import annotations
@@ -18,15 +22,15 @@ import math
 import re
 import types
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
 from .catalog import Catalog, Tool
-from .errors import ConfigError
+from .errors import CatalogError, ConfigError
 from .text import embedding_text
 
 if TYPE_CHECKING:
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["DedupResult", "Removed", "dedupe_tools", "signature", "signature_tokens"]
 
 DedupMode = Literal["signature", "content", "embedding"]
+#: What ``dedupe_tools`` reads: tools, or plain definitions in any format the readers accept.
+ToolsInput: TypeAlias = "Catalog | Iterable[Tool] | Sequence[Mapping[str, Any]] | Mapping[str, Any]"
 MODES: tuple[str, ...] = ("signature", "content", "embedding")
 DEFAULT_THRESHOLD = 0.9
 #: At and above this threshold the exact join runs; below it, the all-pairs pass.
@@ -119,7 +125,7 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def dedupe_tools(
-    tools: Catalog | Sequence[Tool],
+    tools: ToolsInput,
     *,
     enabled: bool = True,
     threshold: float | None = DEFAULT_THRESHOLD,
@@ -129,8 +135,11 @@ def dedupe_tools(
     """Drop tools that are near-duplicates of an earlier kept tool.
 
     Args:
-        tools: a ``Catalog`` or a sequence of tools (the order decides who is kept). Pass a
-            sequence, not a one-shot iterator: fail-open hands the input back.
+        tools: a ``Catalog``, a sequence of ``Tool`` objects, or plain tool definitions in any
+            format ``Catalog.from_data`` reads (a list of OpenAI, Anthropic, Gemini or MCP
+            dicts, a ``tools/list`` result …), which are read into a ``Catalog`` first. The
+            order decides who is kept. Pass a sequence, not a one-shot iterator: fail-open hands
+            the input back.
         enabled: ``False`` returns ``tools`` itself, untouched, with nothing removed.
         threshold: Jaccard similarity at which a tool collapses into its leader (``>=``);
             clamped to [0, 1]. ``None`` means the default 0.9; NaN collapses nothing. The default
@@ -142,27 +151,55 @@ def dedupe_tools(
         embedder: the ``Embedder`` for ``mode="embedding"``.
 
     Returns:
-        A ``DedupResult``. Kept tools stay in input order; a ``Catalog`` comes back as a
-        ``Catalog`` keeping its server descriptions, any other input as a tuple.
+        A ``DedupResult``. Kept tools stay in input order; a ``Catalog`` (and plain definitions,
+        read into one) comes back as a ``Catalog`` keeping its server descriptions, ``Tool``
+        objects as a tuple.
 
     Raises:
         ConfigError: an unknown ``mode``, or ``"embedding"`` without an embedder.
+        CatalogError: ``tools`` is not a collection of tools, mixes ``Tool`` objects with other
+            entries, or holds a definition the catalogue readers refuse (the message names its
+            index and field). Raised whether or not dedup is enabled.
 
-    Error handling:
-        Fail-open, as upstream: any exception while deduplicating (a malformed tool, a schema
-        that cannot be read) returns ``tools`` itself with nothing removed. Nothing is logged
-        or warned; the unchanged result is the only sign.
+    Fail-open:
+        As upstream, any exception while deduplicating well-formed tools (a schema object that
+        cannot be read, an embedder that fails) returns the tools unchanged, nothing removed:
+        ``tools`` itself, or the ``Catalog`` read from plain definitions. Nothing is logged or
+        warned; the unchanged result is the only sign.
     """
     if mode not in MODES:
         raise ConfigError(f"dedup mode must be one of {MODES}, got {mode!r}")
     if mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder')
+    read = _read_tools(tools)
     if not enabled:
-        return DedupResult(tools=tools)
+        return DedupResult(tools=read)
     try:
-        return _dedupe(tools, threshold, mode, embedder)
+        return _dedupe(read, threshold, mode, embedder)
     except Exception:
-        return DedupResult(tools=tools)
+        return DedupResult(tools=read)
+
+
+def _read_tools(tools: object) -> Catalog | Sequence[Tool]:
+    """The caller's input as tools: the edge where caller mistakes become ``CatalogError``."""
+    if isinstance(tools, Catalog | Mapping):
+        return tools if isinstance(tools, Catalog) else Catalog.from_data(tools)
+    if isinstance(tools, str | bytes | bytearray) or not isinstance(tools, Iterable):
+        raise CatalogError(
+            "expected a Catalog, a list of Tool objects or a list of tool definitions, "
+            f"got {type(tools).__name__}"
+        )
+    entries = tools if isinstance(tools, Sequence) else tuple(tools)
+    is_tool = [isinstance(entry, Tool) for entry in entries]
+    if all(is_tool):
+        return entries
+    if any(is_tool):
+        index = is_tool.index(False)
+        raise CatalogError(
+            f"tool {index}: expected a Tool like tool {is_tool.index(True)}, got "
+            f"{type(entries[index]).__name__}; pass Tool objects or tool definitions, not both"
+        )
+    return Catalog.from_data(list(entries))
 
 
 def _dedupe(

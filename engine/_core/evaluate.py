@@ -47,6 +47,15 @@ def load_queries(path: str | os.PathLike[str]) -> list[Query]:
     """
     where = os.fspath(path)
     data = files.read_json(path, what="queries file", error=ConfigError)
+    return queries_from_data(data, where)
+
+
+def queries_from_data(data: object, where: str) -> list[Query]:
+    """Like ``load_queries`` for an already parsed JSON value; ``where`` names its source.
+
+    Raises:
+        ConfigError: an item has the wrong shape.
+    """
     if not isinstance(data, list):
         raise ConfigError(
             f"{where}: expected a list of {{query, expected}} objects, got {type(data).__name__}"

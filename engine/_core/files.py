@@ -60,6 +60,8 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
             f"{what} {where!r} is not valid JSON: {exc.msg} "
             f"at line {exc.lineno}, column {exc.colno}"
         ) from exc
+    except RecursionError:  # arrays nested thousands deep
+        raise error(f"{what} {where!r} is not valid JSON: nested too deeply") from None
 
 
 def read_regular_file(path: str, limit: int) -> bytes:

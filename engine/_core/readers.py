@@ -6,6 +6,7 @@ Nothing the caller passed in is mutated: schemas are copied as they are read.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -95,10 +96,12 @@ def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
 
 
 def _read_server_list(data: object) -> ReadTools:
-    assert isinstance(data, Mapping)
+    servers = data.get("servers") if isinstance(data, Mapping) else None
+    if not isinstance(servers, list):  # reachable with format="mcp-servers" on any data
+        raise CatalogError(f"expected {{'servers': [...]}}, got {_describe(data)}")
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
-    for index, entry in enumerate(data["servers"]):
+    for index, entry in enumerate(servers):
         if not isinstance(entry, Mapping):
             raise CatalogError(f"server {index}: expected an object, got {_describe(entry)}")
         name = entry.get("name", entry.get("id"))
@@ -253,13 +256,17 @@ def _build(
             raise CatalogError(
                 f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
             )
+    try:
+        schema, notes = _copy_json(parameters), _copy_json(annotations)
+    except RecursionError:  # a caller's schema nested hundreds deep
+        raise CatalogError(f"{where}: the schema is nested too deeply to read") from None
     return Tool(
         id=tool_id,
         name=name,
         description=description,
-        parameters=_copy_json(parameters),
+        parameters=schema,
         server=server,
-        annotations=_copy_json(annotations),
+        annotations=notes,
         title=title,
     )
 
@@ -326,7 +333,10 @@ def _copy_json(value: Any) -> Any:
 def _describe(value: object) -> str:
     if value is None:
         return "nothing (null or missing)"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # nested too deeply for repr: a bounded one
+        text = reprlib.repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{type(value).__name__} {text}"

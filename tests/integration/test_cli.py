@@ -199,3 +199,223 @@ def test_demo_streams_agent_events_as_json_lines(tmp_path: Path) -> None:
     assert [s["page"] for s in steps] == [0, 0, 1, 2]
     assert steps[-1]["tool_ids"] is None  # every tool after two idle steps
     assert all(s["query"] is None for s in steps)  # requests stay out of events
+
+
+# -- caller mistakes: one clear line, exit status 2 ------------------------------------------
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def write(tmp_path: Path, name: str, data: object) -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("empty", [[], {}, {"tools": []}])
+@pytest.mark.parametrize("command", ["select", "eval", "route"])
+def test_an_empty_catalogue_is_refused(
+    empty: object, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tools = write(tmp_path, "tools.json", empty)
+    queries = write(tmp_path, "q.json", [{"query": "weather", "expected": "get_weather"}])
+    argv = {
+        "select": ["select", "--tools", str(tools), "--embedder", "none", "weather"],
+        "eval": ["eval", "--tools", str(tools), "--queries", str(queries), "--embedder", "none"],
+        "route": ["route", "--tools", str(tools), "weather"],
+    }[command]
+    assert main(argv) == 2
+    line = one_error_line(capsys)
+    assert line == f"toolroute: error: tool file {str(tools)!r} holds no tools: {json.dumps(empty)}"
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e999"])
+def test_threshold_must_be_a_finite_number(
+    value: str, tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["select", "--tools", str(tools_file), "--embedder", "none", f"--threshold={value}", "x"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    line = one_error_line(capsys)
+    assert line.startswith(
+        "toolroute select: error: argument --threshold: expected a finite number"
+    )
+    assert line.endswith("(see 'toolroute select --help')")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["eval", "--sample", "0"],
+            "argument --sample: expected an integer of at least 1, got '0'",
+        ),
+        (["eval", "--sample", "-3"], "argument --sample: expected an integer of at least 1"),
+        (["route", "--deadline", "0", "x"], "argument --deadline: expected a number above 0"),
+        (["route", "--deadline", "nan", "x"], "argument --deadline: expected a finite number"),
+    ],
+)
+def test_out_of_range_options_are_one_line(
+    argv: list[str],
+    says: str,
+    tools_file: Path,
+    queries_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if argv[0] == "eval":
+        argv = [*argv, "--tools", str(tools_file), "--queries", str(queries_file)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert says in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("queries", "extra", "says"),
+    [
+        ([], [], "no queries to score in '{q}'"),
+        (
+            [{"query": "hello", "expected": []}, {"query": "hi there", "expected": []}],
+            [],
+            "none of the 2 queries in '{q}' names an expected tool: nothing to score",
+        ),
+        # sha1 puts "weather in Rome" in the dev split, so the test split is empty
+        (
+            [{"query": "weather in Rome", "expected": "get_weather"}],
+            ["--split", "test"],
+            "no queries to score in '{q}' (test split)",
+        ),
+    ],
+)
+def test_eval_with_nothing_to_score_is_refused(
+    queries: object,
+    extra: list[str],
+    says: str,
+    tools_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = write(tmp_path, "q.json", queries)
+    argv = [
+        "eval",
+        "--tools",
+        str(tools_file),
+        "--queries",
+        str(path),
+        "--embedder",
+        "none",
+        *extra,
+    ]
+    assert main(argv) == 2
+    assert one_error_line(capsys) == "toolroute: error: " + says.format(q=path)
+    assert capsys.readouterr().out == ""
+
+
+def test_expected_ids_outside_the_catalogue_are_named(
+    tools_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queries = [
+        {"query": "weather in Paris", "expected": "get_weather"},
+        {"query": "email my boss", "expected": ["sendEmail"]},
+        {"query": "a bug", "expected_groups": [["create_issue", "open_ticket"]]},
+        {"query": "mail again", "expected": ["sendEmail"]},
+    ]
+    path = write(tmp_path, "q.json", queries)
+    assert (
+        main(["eval", "--tools", str(tools_file), "--queries", str(path), "--embedder", "none"])
+        == 2
+    )
+    assert one_error_line(capsys) == (
+        f"toolroute: error: {path}: 2 expected tool id(s) are not in the catalogue: "
+        "'sendEmail' (item 1, 3), 'open_ticket' (item 2); "
+        "expected ids are catalogue tool ids such as 'get_weather'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("[", "is not valid JSON: Expecting value at line 1, column 2"),
+        (
+            '{"a": 1,}',
+            "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 9",
+        ),
+        (b"\xff\xfe[]", "is not UTF-8: invalid start byte"),
+        ("[" * 100_000 + "]" * 100_000, "is not valid JSON: nested too deeply"),
+    ],
+)
+def test_json_errors_are_worded_alike_for_tools_and_queries(
+    content: str | bytes,
+    says: str,
+    tools_file: Path,
+    queries_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bad = tmp_path / "bad.json"
+    if isinstance(content, bytes):
+        bad.write_bytes(content)
+    else:
+        bad.write_text(content)
+    common = ["--embedder", "none"]
+    assert main(["eval", "--tools", str(bad), "--queries", str(queries_file), *common]) == 2
+    assert one_error_line(capsys) == f"toolroute: error: tool file {str(bad)!r} {says}"
+    assert main(["eval", "--tools", str(tools_file), "--queries", str(bad), *common]) == 2
+    assert one_error_line(capsys) == f"toolroute: error: queries file {str(bad)!r} {says}"
+
+
+def test_missing_queries_file_is_worded_as_a_missing_tool_file(
+    tools_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.json"
+    assert main(["eval", "--tools", str(tools_file), "--queries", str(missing)]) == 2
+    assert one_error_line(capsys) == (
+        f"toolroute: error: cannot read queries file {str(missing)!r}: No such file or directory"
+    )
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["select", "--embedder", "none", "x"])
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys) == (
+        "toolroute select: error: the following arguments are required: --tools "
+        "(see 'toolroute select --help')"
+    )
+
+
+def test_an_unusable_cache_directory_is_one_warning_line(tools_file: Path, tmp_path: Path) -> None:
+    # A path below a regular file cannot be created, even by root (CI runs as root).
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolroute",
+            "select",
+            "--tools",
+            str(tools_file),
+            "--embedder",
+            "hashing",
+            "--cache-dir",
+            str(blocker / "cache"),
+            "weather in Paris",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0  # the cache only saves time: the selection is still right
+    assert "get_weather" in result.stdout
+    assert result.stderr.splitlines() == [
+        f"toolroute: warning: cannot write embedding cache in {blocker / 'cache'} "
+        f"([Errno 20] Not a directory: {str(blocker / 'cache')!r}); continuing without a cache"
+    ]

@@ -1,4 +1,7 @@
-"""Query extraction and step counting over OpenAI- and Anthropic-style conversations."""
+"""Query extraction and step counting over OpenAI- and Anthropic-style conversations.
+
+Every other shape agents pass (Responses items, Gemini contents, plain strings) and the
+property that they all read alike: tests/unit/test_conversation_shapes.py."""
 
 from __future__ import annotations
 
@@ -102,10 +105,10 @@ def test_empty_conversation_has_no_query() -> None:
     assert extract_query([{"role": "system", "content": "rules"}]) == ""
 
 
-@pytest.mark.parametrize("bad", ["hello", [1], [{"content": "no role"}], None])
+@pytest.mark.parametrize("bad", [[1], [{"content": "no role"}], None])
 def test_malformed_messages_are_a_clear_error(bad: object) -> None:
     with pytest.raises(ConfigError, match="message"):
-        read_turns(bad)  # type: ignore[arg-type]
+        read_turns(bad)
 
 
 texts = st.text(max_size=40)

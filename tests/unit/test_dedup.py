@@ -20,7 +20,7 @@ from toolroute._core.dedup import (
     signature,
     signature_tokens,
 )
-from toolroute._core.errors import ConfigError
+from toolroute._core.errors import CatalogError, ConfigError
 
 QUERY = {"type": "object", "properties": {"query": {"type": "string"}}}
 
@@ -262,10 +262,81 @@ def test_an_error_inside_dedup_returns_the_original_set(container: Any) -> None:
     assert result.removed == ()
 
 
-def test_garbage_entries_fail_open() -> None:
+def test_garbage_entries_are_a_clear_error_not_a_fail_open() -> None:
+    # A caller's mistake: fail-open would hide it behind "nothing was a duplicate".
     tools = [tool("a", "same"), object(), tool("b", "same")]
-    result = dedupe_tools(tools, threshold=0.0)  # type: ignore[arg-type]
-    assert result.tools is tools
+    with pytest.raises(CatalogError, match=r"tool 1: expected a Tool like tool 0, got object"):
+        dedupe_tools(tools, threshold=0.0)  # type: ignore[arg-type]
+
+
+# Plain tool definitions --------------------------------------------------------------------
+
+TWINS = [
+    ("search_v1", "Search for documents in the index"),
+    ("search_v2", "Search for documents in the index"),
+]
+
+
+@pytest.mark.parametrize(
+    "definitions",
+    [
+        [
+            {"type": "function", "function": {"name": n, "description": d, "parameters": QUERY}}
+            for n, d in TWINS
+        ],
+        [{"type": "function", "name": n, "description": d, "parameters": QUERY} for n, d in TWINS],
+        [{"name": n, "description": d, "input_schema": QUERY} for n, d in TWINS],
+        [
+            {
+                "functionDeclarations": [
+                    {"name": n, "description": d, "parameters": QUERY} for n, d in TWINS
+                ]
+            }
+        ],
+        {"tools": [{"name": n, "description": d, "inputSchema": QUERY} for n, d in TWINS]},
+        [{"name": n, "description": d, "parameters": QUERY} for n, d in TWINS],
+    ],
+    ids=["openai-chat", "openai-responses", "anthropic", "gemini", "mcp", "plain"],
+)
+def test_plain_tool_definitions_are_read_and_deduplicated(definitions: Any) -> None:
+    result = dedupe_tools(definitions, threshold=0.7)
+    assert result.removed == (Removed("search_v2", "search_v1", 7 / 9),)
+    assert isinstance(result.tools, Catalog)
+    assert result.tools.ids == ("search_v1",)
+
+
+def test_plain_definitions_with_nothing_removed_come_back_read() -> None:
+    definitions = [
+        {"name": "read_file", "description": "Read a file"},
+        {"name": "send", "description": "Send mail"},
+    ]
+    for enabled in (True, False):
+        result = dedupe_tools(definitions, enabled=enabled)
+        assert isinstance(result.tools, Catalog)
+        assert result.tools.ids == ("read_file", "send")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_malformed_definition_is_a_catalog_error_even_when_disabled(enabled: bool) -> None:
+    definitions = [{"name": "ok", "description": "fine"}, {"name": "bad", "description": 5}]
+    with pytest.raises(
+        CatalogError, match=r"tool 1 \('bad'\): field 'description' must be a string"
+    ):
+        dedupe_tools(definitions, enabled=enabled)
+
+
+@pytest.mark.parametrize(("bad", "got"), [(5, "int"), ("search", "str"), (None, "NoneType")])
+def test_something_other_than_tools_is_a_catalog_error(bad: object, got: str) -> None:
+    with pytest.raises(
+        CatalogError, match=rf"expected a Catalog, a list of Tool objects .* got {got}"
+    ):
+        dedupe_tools(bad)  # type: ignore[arg-type]
+
+
+def test_a_one_shot_iterator_of_tools_is_read_once() -> None:
+    first, second = tool("a", "same words here", QUERY), tool("b", "same words here", QUERY)
+    result = dedupe_tools(iter([first, second]), threshold=0.5)
+    assert result.tools == (first,)
 
 
 # Properties --------------------------------------------------------------------------------
@@ -384,4 +455,45 @@ def test_embedding_mode_fails_open_when_the_embedder_fails() -> None:
     tools = _named("a", "b")
     result = dedupe_tools(tools, mode="embedding", embedder=Broken())  # type: ignore[arg-type]
     assert result.tools is tools
+    assert result.removed == ()
+
+
+class _ExactEmbedder:
+    """Returns the given rows as they are, so dot products are exact in float32."""
+
+    identity, dim, max_batch = "exact", 2, 8
+
+    def __init__(self, rows: dict[str, tuple[float, float]]) -> None:
+        self.rows = rows
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        return np.array([self.rows[t.split(":")[0]] for t in texts], dtype=np.float32)
+
+
+def _at_cosine(cosine: float) -> _ExactEmbedder:
+    # [1, 0] · [c, s] is exactly c: 1·c + 0·s, with c representable in float32.
+    import numpy as np
+
+    c = float(np.float32(cosine))
+    assert c == cosine
+    return _ExactEmbedder({"a": (1.0, 0.0), "b": (c, float(np.sqrt(np.float32(1 - c * c))))})
+
+
+def test_embedding_mode_collapses_at_exactly_the_threshold() -> None:
+    # ">=": a cosine equal to the threshold collapses (">" would keep both tools).
+    result = dedupe_tools(
+        _named("a", "b"), mode="embedding", embedder=_at_cosine(0.75), threshold=0.75
+    )
+    assert result.removed == (Removed("b", "a", 0.75),)
+
+
+def test_embedding_mode_keeps_a_tool_just_below_the_threshold() -> None:
+    import numpy as np
+
+    below = float(np.nextafter(np.float32(0.75), np.float32(0)))  # 0.74999994
+    result = dedupe_tools(
+        _named("a", "b"), mode="embedding", embedder=_at_cosine(below), threshold=0.75
+    )
     assert result.removed == ()

@@ -52,8 +52,14 @@ def _rename(value: Any, module: str) -> None:
             # Resolve string annotations while the defining module is still the home:
             # cattrs resolves them later through ``sys.modules[cls.__module__]``.
             # A name imported only for type checkers stays a string; cattrs never needs it.
+            # The resolved types replace the strings, so ``typing.get_type_hints`` keeps
+            # working once the home names a module that lacks the annotations' names.
             with contextlib.suppress(NameError):
                 attrs.resolve_types(value)
+                own = value.__dict__.get("__annotations__", {})
+                value.__annotations__ = {
+                    f.name: f.type for f in attrs.fields(value) if f.name in own
+                }
         for member in _members(value, home):
             member.__module__ = module
     value.__module__ = module

@@ -300,7 +300,7 @@ TWINS = [
 )
 def test_plain_tool_definitions_are_read_and_deduplicated(definitions: Any) -> None:
     result = dedupe_tools(definitions, threshold=0.7)
-    assert result.removed == (Removed("search_v2", "search_v1", 7 / 9),)
+    assert result.removed == (Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),)
     assert isinstance(result.tools, Catalog)
     assert result.tools.ids == ("search_v1",)
 
@@ -486,7 +486,7 @@ def test_embedding_mode_collapses_at_exactly_the_threshold() -> None:
     result = dedupe_tools(
         _named("a", "b"), mode="embedding", embedder=_at_cosine(0.75), threshold=0.75
     )
-    assert result.removed == (Removed("b", "a", 0.75),)
+    assert result.removed == (Removed(name="b", duplicate_of="a", similarity=0.75),)
 
 
 def test_embedding_mode_keeps_a_tool_just_below_the_threshold() -> None:

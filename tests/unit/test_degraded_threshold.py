@@ -68,5 +68,5 @@ def test_policy_select_applies_the_threshold_only_to_applied_rankings() -> None:
     ids, scores = ("a", "b", "c"), (3.0, 2.0, 1.0)
     policy = Policy(max_tools=3, threshold=2.5, adaptive=False)
     for outcome, shown in ((Outcome.APPLIED, ("a",)), (Outcome.DEGRADED, ids)):
-        ranking = Ranking(ids, scores, "keyword", outcome)
+        ranking = Ranking(tool_ids=ids, scores=scores, strategy="keyword", outcome=outcome)
         assert select(ranking, policy, time.perf_counter()).tool_ids == shown

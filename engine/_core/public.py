@@ -11,6 +11,7 @@ prints as ``toolroute.ConfigError`` and a selection's class as ``toolroute.Selec
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -56,7 +57,7 @@ def _rename(value: Any, module: str) -> None:
             # working once the home names a module that lacks the annotations' names.
             with contextlib.suppress(NameError):
                 attrs.resolve_types(value)
-                own = value.__dict__.get("__annotations__", {})
+                own = inspect.get_annotations(value)
                 value.__annotations__ = {
                     f.name: f.type for f in attrs.fields(value) if f.name in own
                 }

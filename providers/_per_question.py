@@ -22,8 +22,7 @@ from .._core.decision import (
 from .._core.decision_limits import check_request
 from .._core.decision_wire import logger
 from .._core.errors import DecisionError
-from ._decision_loop import HttpDecider, Kind
-from ._openai_decisions import state_text
+from ._decision_loop import HttpDecider, Kind, state_text
 
 
 @attrs.frozen

@@ -255,42 +255,53 @@ async def test_a_wrongly_typed_answer_is_dropped_and_the_others_kept(
 @pytest.mark.parametrize("vendor", TYPED_VENDORS)
 async def test_a_missing_answer_is_missing(vendor: str) -> None:
     request = fixture_request(vendor)
-    # OpenAI Decisions matches by position, so only a missing *last* answer is clean.
-    gone = list(request.questions)[-1] if vendor == "openai_decisions" else "team"
     with serve_vendor(vendor, api_key=API_KEY) as server:
-        server.fault = Fault.drop(gone)
+        server.fault = Fault.drop("team")
         async with opened(vendor, server) as decider:
+            if vendor == "openai_decisions":
+                # Positional answers, one short: which one is missing cannot be known.
+                error = await failure(decider, request)
+                assert error.kind == "server" and "cannot be matched" in str(error)
+                return
             result = await decider.decide(request)
-    assert set(result.answers) == set(request.questions) - {gone}
+    assert set(result.answers) == set(request.questions) - {"team"}
 
 
 @pytest.mark.parametrize("vendor", MAP_VENDORS)
-async def test_answers_under_other_ids_are_ignored(vendor: str) -> None:
+async def test_answers_under_other_ids_are_no_reply(vendor: str) -> None:
     with serve_vendor(vendor, api_key=API_KEY) as server:
         server.fault = Fault.rename()
-        async with opened(vendor, server) as decider:
-            result = await decider.decide(fixture_request(vendor))
-    assert dict(result.answers) == {}
+        async with opened(vendor, server, retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert error.kind == "server"
+    assert "cannot be matched" in str(error) and "urgent_renamed" in str(error)
+
+
+@pytest.mark.parametrize("vendor", MAP_VENDORS)
+async def test_one_answer_under_an_unasked_id_voids_the_reply(vendor: str) -> None:
+    # Every other id is right, but one answer went astray: none can be trusted.
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        server.fault = Fault.rename({"team": "team2"})
+        async with opened(vendor, server, retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert error.kind == "server" and "'team2'" in str(error)
 
 
 @pytest.mark.parametrize(
     "mapping", [{"urgent": "legal", "legal": "urgent"}, {}], ids=["swapped", "renamed"]
 )
-async def test_openai_decisions_answers_are_matched_by_position(mapping: dict[str, str]) -> None:
-    def answer(qid: str, question: Asked) -> AnswerValue:
-        return {"urgent": 0.2, "legal": 0.8}.get(qid, 0.7)
-
+async def test_openai_decisions_names_that_differ_by_position_are_no_reply(
+    mapping: dict[str, str],
+) -> None:
     request = fixture_request("openai_decisions")
     with serve_vendor("openai_decisions", api_key=API_KEY) as server:
-        server.answer = answer
         server.fault = Fault.rename(mapping)
-        async with opened("openai_decisions", server) as decider:
-            result = await decider.decide(request)
+        async with opened("openai_decisions", server, retry=NO_RETRY) as decider:
+            error = await failure(decider, request)
     sent = server.requests[0].body["questions"]
     assert [q["name"] for q in sent] == list(request.questions)
-    assert list(result.answers) == list(request.questions)
-    assert result.answers["urgent"] == BooleanAnswer(0.2)  # position 0, whatever its name
-    assert result.answers["legal"] == BooleanAnswer(0.8)
+    assert error.kind == "server" and "cannot be matched" in str(error)
+    assert len(server.requests) == 1  # a misaligned reply is not retried
 
 
 # --------------------------------------------------------------------------- broken connections

@@ -21,7 +21,7 @@ import pytest
 
 from toolroute import ConfigError, ProviderError
 from toolroute.providers import Embedder
-from toolroute.providers._http import RetryPolicy
+from toolroute.providers import RetryPolicy
 from toolroute.providers._openai_embeddings import OpenAIEmbedder
 
 DIM = 4

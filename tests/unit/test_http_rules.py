@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, ProviderError
-from toolroute.providers._http import (
+from toolroute.providers._http import JsonClient
+from toolroute.providers._rules import (
     REDACTED,
     GiveUp,
-    JsonClient,
     Retry,
     RetryPolicy,
     check_base_url,

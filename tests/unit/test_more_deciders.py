@@ -198,7 +198,9 @@ async def test_openai_criteria_folding_and_json_state() -> None:
         "none": BooleanQuestion("Late?"),
         "false_only": BooleanQuestion("Open?", false="closed"),
     }
-    await openai(server).decide(ask({"id": 7, "text": "héllo"}, **questions))
+    # The stand-in reply has no answers: no reply (misaligned); the request is what is tested.
+    with pytest.raises(DecisionError, match="cannot be matched"):
+        await openai(server).decide(ask({"id": 7, "text": "héllo"}, **questions))
     body = server.bodies[0]
     assert body["input"] == '{"id":7,"text":"héllo"}'
     assert "safety_identifier" not in body
@@ -246,7 +248,8 @@ async def test_openai_score_levels_fall_back_to_index_labels() -> None:
 
 async def test_openai_duplicate_short_levels_use_index_labels() -> None:
     server = Server(reply({"answers": []}))
-    await openai(server).decide(ask(q=score("Rate", ["x", "x"])))
+    with pytest.raises(DecisionError, match="cannot be matched"):
+        await openai(server).decide(ask(q=score("Rate", ["x", "x"])))
     assert server.bodies[0]["questions"][0]["levels"] == [
         {"label": "0", "description": "x"},
         {"label": "1", "description": "x"},
@@ -279,30 +282,44 @@ async def test_openai_refuses_video_before_any_request() -> None:
     assert server.requests == []
 
 
-async def test_openai_answers_are_positional_whatever_their_names(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    payload = {
-        "answers": [
-            # Names swapped and injected: positions decide.
+@pytest.mark.parametrize(
+    "answers",
+    [
+        # Names swapped: the answers may belong to each other's questions.
+        [
             {"name": "second", "type": "predicate", "probability": 0.1},
             {"name": "first", "type": "predicate", "probability": 0.9},
+        ],
+        # One more answer than questions: which one is extra cannot be known.
+        [
+            {"name": "first", "type": "predicate", "probability": 0.1},
+            {"name": "second", "type": "predicate", "probability": 0.9},
             {"name": "injected", "type": "predicate", "probability": 0.5},
+        ],
+        # One fewer: the one answer may be the second question's.
+        [{"type": "predicate", "probability": 0.2}],
+    ],
+    ids=["swapped-names", "extra", "fewer"],
+)
+async def test_openai_a_reply_that_does_not_align_is_no_reply(answers: list[Any]) -> None:
+    server = Server(reply({"answers": answers}))
+    with pytest.raises(DecisionError, match="cannot be matched") as caught:
+        await openai(server).decide(ask(first=BooleanQuestion("A?"), second=BooleanQuestion("B?")))
+    assert caught.value.kind is DecisionErrorKind.SERVER
+
+
+async def test_openai_answers_without_names_are_read_by_position() -> None:
+    payload = {
+        "answers": [
+            {"type": "predicate", "probability": 0.1},
+            {"name": "second", "type": "predicate", "probability": 0.9},
         ]
     }
     server = Server(reply(payload))
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
-        result = await openai(server).decide(
-            ask(first=BooleanQuestion("A?"), second=BooleanQuestion("B?"))
-        )
+    result = await openai(server).decide(
+        ask(first=BooleanQuestion("A?"), second=BooleanQuestion("B?"))
+    )
     assert result.answers == {"first": BooleanAnswer(0.1), "second": BooleanAnswer(0.9)}
-    assert "3 answers for 2 questions" in caplog.text
-
-
-async def test_openai_fewer_answers_leave_the_rest_missing() -> None:
-    server = Server(reply({"answers": [{"type": "predicate", "probability": 0.2}]}))
-    result = await openai(server).decide(ask(a=BooleanQuestion("A?"), b=BooleanQuestion("B?")))
-    assert result.answers == {"a": BooleanAnswer(0.2)}
 
 
 async def test_openai_refusal_and_malformed_answers_are_missing_not_fatal(
@@ -441,7 +458,8 @@ async def test_openai_base_url_drops_v1_and_model_overrides() -> None:
         model="luna-x",
         transport=server.transport,
     )
-    await decider.decide(ask(q=BooleanQuestion("x")))
+    with pytest.raises(DecisionError, match="cannot be matched"):
+        await decider.decide(ask(q=BooleanQuestion("x")))
     assert server.requests[0].url == "https://proxy.example/v1/decisions"
     assert server.bodies[0]["model"] == "luna-x"
 

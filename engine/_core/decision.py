@@ -14,6 +14,7 @@ from typing import Any, TypeAlias, TypeGuard
 import attrs
 
 from .errors import ConfigError
+from .outcome import Outcome
 from .validators import is_number, rule
 
 #: A JSON value: what a state, a criterion or a legend may hold.
@@ -316,3 +317,20 @@ def merge_results(results: Sequence[DecisionResult]) -> DecisionResult:
         upstream_ms=max(upstream) if upstream else None,
         media_bytes=sum(r.media_bytes for r in results),
     )
+
+
+def reply_outcome(asked: int, answered: int) -> Outcome:
+    """The one rule for how a decision reply went, used by routing and the engine's events.
+
+    Every question answered is ``applied``; some but not all (a failed batch, a
+    missing, malformed or out-of-range answer) is ``degraded``; none is
+    ``failed_open``. The reason to go with it is :func:`answered_reason`.
+    """
+    if answered <= 0:
+        return Outcome.FAILED_OPEN
+    return Outcome.APPLIED if answered >= asked else Outcome.DEGRADED
+
+
+def answered_reason(asked: int, answered: int) -> str:
+    """``"5 of 6 answered"``: how much of a decision reply could be used."""
+    return f"{answered} of {asked} answered"

@@ -9,12 +9,14 @@ fixtures' (see ``test_deciders_loopback.py``, whose helpers are used here).
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from typing import Any
 
+import attrs
 import pytest
 import trio
-from loopback.decision_vendors import FIXTURE_VENDORS, AnswerValue, Asked, Fault, serve_vendor
+from loopback.decision_vendors import FIXTURE_VENDORS, Fault, serve_vendor
 from test_deciders_loopback import (
     API_KEY,
     FAST_RETRY,
@@ -25,7 +27,7 @@ from test_deciders_loopback import (
     opened,
 )
 
-from toolroute import BooleanAnswer, DecisionError
+from toolroute import DecisionError
 
 #: The vendors whose questions and answers are all addressed by id or position in one call.
 TYPED_VENDORS = (*MAP_VENDORS, "openai_decisions")
@@ -122,6 +124,41 @@ async def test_overloaded_is_retried_then_succeeds(vendor: str, status: int) -> 
             result = await decider.decide(fixture_request(vendor))
     assert len(server.requests) == 2
     assert set(result.answers) == set(fixture_request(vendor).questions)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "kind"),
+    [
+        # wire-formats.md maps 529 to overloaded for TypeSafe (§1; the gateway falls back to it).
+        ("typesafe", "overloaded"),
+        ("laya", "server"),
+        ("xor", "server"),
+        ("perplexity", "server"),
+        ("clef", "server"),
+        ("openai_decisions", "server"),
+        ("scaledown", "server"),
+    ],
+)
+async def test_529_is_overloaded_only_where_the_vendor_says_so(vendor: str, kind: str) -> None:
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        server.fault = Fault.error(529)
+        async with opened(vendor, server, retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert (error.kind, error.retryable, error.status) == (kind, True, 529)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
+async def test_a_non_finite_number_in_the_state_is_refused_before_any_request(
+    vendor: str, bad: float
+) -> None:
+    request = attrs.evolve(fixture_request(vendor), state={"amount": bad, "text": "refund"})
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        async with opened(vendor, server) as decider:
+            error = await failure(decider, request)
+    assert (error.kind, error.retryable) == ("invalid_request", False)
+    assert "NaN or an infinite number" in str(error)
+    assert server.requests == []
 
 
 @pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
@@ -261,7 +298,8 @@ async def test_a_missing_answer_is_missing(vendor: str) -> None:
             if vendor == "openai_decisions":
                 # Positional answers, one short: which one is missing cannot be known.
                 error = await failure(decider, request)
-                assert error.kind == "server" and "cannot be matched" in str(error)
+                assert error.kind == "server"
+                assert "cannot be matched" in str(error)
                 return
             result = await decider.decide(request)
     assert set(result.answers) == set(request.questions) - {"team"}
@@ -274,7 +312,8 @@ async def test_answers_under_other_ids_are_no_reply(vendor: str) -> None:
         async with opened(vendor, server, retry=NO_RETRY) as decider:
             error = await failure(decider, fixture_request(vendor))
     assert error.kind == "server"
-    assert "cannot be matched" in str(error) and "urgent_renamed" in str(error)
+    assert "cannot be matched" in str(error)
+    assert "urgent_renamed" in str(error)
 
 
 @pytest.mark.parametrize("vendor", MAP_VENDORS)
@@ -284,7 +323,8 @@ async def test_one_answer_under_an_unasked_id_voids_the_reply(vendor: str) -> No
         server.fault = Fault.rename({"team": "team2"})
         async with opened(vendor, server, retry=NO_RETRY) as decider:
             error = await failure(decider, fixture_request(vendor))
-    assert error.kind == "server" and "'team2'" in str(error)
+    assert error.kind == "server"
+    assert "'team2'" in str(error)
 
 
 @pytest.mark.parametrize(
@@ -300,7 +340,8 @@ async def test_openai_decisions_names_that_differ_by_position_are_no_reply(
             error = await failure(decider, request)
     sent = server.requests[0].body["questions"]
     assert [q["name"] for q in sent] == list(request.questions)
-    assert error.kind == "server" and "cannot be matched" in str(error)
+    assert error.kind == "server"
+    assert "cannot be matched" in str(error)
     assert len(server.requests) == 1  # a misaligned reply is not retried
 
 

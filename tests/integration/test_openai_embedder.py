@@ -20,8 +20,7 @@ import numpy as np
 import pytest
 
 from toolroute import ConfigError, ProviderError
-from toolroute.providers import Embedder
-from toolroute.providers import RetryPolicy
+from toolroute.providers import Embedder, RetryPolicy
 from toolroute.providers._openai_embeddings import OpenAIEmbedder
 
 DIM = 4

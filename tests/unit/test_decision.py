@@ -31,7 +31,13 @@ from toolroute import (
 )
 from toolroute._core.decision import decision_key, merge_results, split_questions
 from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
-from toolroute._core.decision_wire import MalformedAnswer, read_answer, read_answers, read_usage
+from toolroute._core.decision_wire import (
+    MalformedAnswer,
+    Misaligned,
+    read_answer,
+    read_answers,
+    read_usage,
+)
 
 YES = BooleanQuestion("The request needs billing.")
 TEAM = ChoiceQuestion("Which team?", {"billing": "money", "technical": None, "sales": None})
@@ -211,13 +217,19 @@ def test_strict_reader_reads_every_vocabulary_and_fills_confidence() -> None:
         read_answer({**score, "legend": {"0": 1}}, MOOD)
 
 
-def test_read_answers_drops_malformed_and_unasked_with_a_warning(
+def test_read_answers_drops_malformed_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    raw = {"a": {"type": "noul", "noul": "yes"}, "b": {"type": "noul", "noul": 0.1}, "z": {}}
+    raw = {"a": {"type": "noul", "noul": "yes"}, "b": {"type": "noul", "noul": 0.1}}
     with caplog.at_level("WARNING", logger="toolroute.decision"):
-        answers = read_answers(raw, {"a": YES, "b": YES}, vendor="V", redact=lambda t: t)
-    assert answers == {"b": BooleanAnswer(0.1)}
+        answers = read_answers(raw, {"a": YES, "b": YES, "c": YES}, vendor="V", redact=str)
+    assert answers == {"b": BooleanAnswer(0.1)}  # "c" missing: unanswered, not fatal
     assert "V: dropped the answer to question 'a'" in caplog.text
+
+
+def test_read_answers_refuses_a_reply_with_an_unasked_id() -> None:
+    raw = {"a": {"type": "noul", "noul": 0.9}, "b": {"type": "noul", "noul": 0.1}, "z": {}}
+    with pytest.raises(Misaligned, match="1 answers under ids that were not asked: 'z'"):
+        read_answers(raw, {"a": YES, "b": YES}, vendor="V")
     assert read_usage({"inputTokens": 5, "output_tokens": 2}) == Usage(5, 2)
     assert read_usage({"input_tokens": "5"}) == Usage(0, 0)

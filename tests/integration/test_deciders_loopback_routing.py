@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from loopback.decision_vendors import Asked, AnswerValue, Fault, serve_vendor
+from loopback.decision_vendors import AnswerValue, Asked, Fault, serve_vendor
 from test_deciders_loopback import API_KEY, MAP_VENDORS, NO_RETRY, opened
 
 from toolroute import Outcome, RoutingConfig, Server, route_servers

@@ -77,9 +77,14 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         if len(secret) >= MIN_ANYWHERE_SECRET_CHARS:
             text = text.replace(secret, REDACTED)
         else:
-            text = re.sub(
-                rf"(?<![{_TOKEN_CHAR}]){re.escape(secret)}(?![{_TOKEN_CHAR}])", REDACTED, text
-            )
+            whole = re.compile(rf"(?<![{_TOKEN_CHAR}]){re.escape(secret)}(?![{_TOKEN_CHAR}])")
+            # Until stable: hiding one occurrence can leave a neighbour standing alone
+            # ("a-a-" with the key "a-"). Each pass hides original text, so it ends.
+            for _ in range(len(text) + 1):
+                hidden = whole.sub(REDACTED, text)
+                if hidden == text:
+                    break
+                text = hidden
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -66,7 +66,9 @@ from toolroute.providers import (
 )
 
 #: The key every decider sends and every server accepts; generated, so a leak is unmistakable.
-API_KEY = "sk-" + secrets.token_hex(20)
+# No generic credential shape (not sk-..., no long hex run): only configured-key
+# redaction can hide it, so a leak shows up in these tests.
+API_KEY = "tr." + secrets.token_urlsafe(24)
 #: The System One family: a question map in, an answer map out.
 MAP_VENDORS = ("typesafe", "typesafe_gateway", "laya", "xor", "perplexity", "clef")
 #: No retries: a retryable fault is seen exactly once.

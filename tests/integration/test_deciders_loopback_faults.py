@@ -410,7 +410,7 @@ async def test_the_api_key_never_reaches_a_message_or_a_log(
         sent = server.requests[0].headers
     assert API_KEY in (sent.get("authorization", "") + sent.get("x-api-key", ""))
     # The proxies' own 401s echo the key they received (LiteLLM) or a masked form (OpenAI).
-    with serve_vendor(vendor, api_key="sk-" + secrets.token_hex(20)) as server:
+    with serve_vendor(vendor, api_key="tr." + secrets.token_urlsafe(24)) as server:
         async with opened(vendor, server, api_key=API_KEY) as decider:
             wrong_key = await failure(decider, fixture_request(vendor))
     assert wrong_key.kind == "authentication"
@@ -424,3 +424,14 @@ async def test_the_api_key_never_reaches_a_message_or_a_log(
     assert records  # the malformed answers were logged
     for record in records:
         assert API_KEY[3:] not in record.getMessage()
+
+
+@pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
+async def test_a_one_letter_key_is_hidden_without_cutting_words_apart(vendor: str) -> None:
+    # TYPESAFE_API_KEY=x once turned "expected" into "e[redacted]pected".
+    with serve_vendor(vendor, api_key="x") as server:
+        server.fault = Fault.error(500, message="expected a token, but x is not one")
+        async with opened(vendor, server, api_key="x", retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert "expected a token, but [redacted] is not one" in str(error)
+

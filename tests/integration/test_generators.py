@@ -27,7 +27,8 @@ from toolroute.providers import (
     RetryPolicy,
 )
 
-KEY = "sk-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
+# No generic credential shape: only configured-key redaction can hide it.
+KEY = "gk_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
 FAST = RetryPolicy(retries=1, backoff_s=0.05, max_backoff_s=0.1, jitter=0.0)
 SCHEMA: dict[str, Any] = {
     "type": "object",

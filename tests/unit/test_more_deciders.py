@@ -36,7 +36,8 @@ from toolroute.providers._default_decider import IMPLICIT
 
 Kind = DecisionErrorKind
 FAST = RetryPolicy(retries=1, backoff_s=0.0)
-KEY = "sk-test-0123456789abcdefghij"
+# No generic credential shape: only configured-key redaction can hide it.
+KEY = "tk.Zq7tLm94Tbx-ghijklmnop"
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -179,14 +179,17 @@ class DecisionRequest:
         return attrs.evolve(self, questions=questions)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Usage:
+    """Tokens a provider read and wrote."""
+
     input_tokens: int = 0
     output_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
         )
 
 
@@ -225,7 +228,7 @@ def read_boolean(answers: Mapping[str, Answer], key: str) -> float | None:
     return answer.probability if isinstance(answer, BooleanAnswer) else None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ChoiceReading:
     """A choice answer with ``ranked``: (option, probability), most likely first."""
 
@@ -241,7 +244,12 @@ def read_choice(answers: Mapping[str, Answer], key: str) -> ChoiceReading | None
     if not isinstance(answer, ChoiceAnswer):
         return None
     ranked = tuple(sorted(answer.probabilities.items(), key=lambda item: -item[1]))
-    return ChoiceReading(answer.choice, answer.confidence, answer.probabilities, ranked)
+    return ChoiceReading(
+        choice=answer.choice,
+        confidence=answer.confidence,
+        probabilities=answer.probabilities,
+        ranked=ranked,
+    )
 
 
 def read_score(answers: Mapping[str, Answer], key: str) -> ScoreAnswer | None:

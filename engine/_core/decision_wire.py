@@ -192,4 +192,7 @@ def read_usage(raw: object) -> Usage:
                 return int(value)
         return 0
 
-    return Usage(count("input_tokens", "inputTokens"), count("output_tokens", "outputTokens"))
+    return Usage(
+        input_tokens=count("input_tokens", "inputTokens"),
+        output_tokens=count("output_tokens", "outputTokens"),
+    )

@@ -262,4 +262,4 @@ def _chat_usage(raw: object) -> Usage:
             return value
         return 0
 
-    return Usage(count("prompt_tokens"), count("completion_tokens"))
+    return Usage(input_tokens=count("prompt_tokens"), output_tokens=count("completion_tokens"))

@@ -108,7 +108,7 @@ def test_split_keeps_order_and_merge_follows_the_rules() -> None:
         model="jev-1",
         provider="typesafe",
         answers={"a": BooleanAnswer(0.1)},
-        usage=Usage(3, 1),
+        usage=Usage(input_tokens=3, output_tokens=1),
         request_id="r1",
         latency_ms=10,
         upstream_ms=5,
@@ -118,14 +118,14 @@ def test_split_keeps_order_and_merge_follows_the_rules() -> None:
         model="jev-2",
         provider="typesafe",
         answers={"b": BooleanAnswer(0.9)},
-        usage=Usage(4, 0),
+        usage=Usage(input_tokens=4, output_tokens=0),
         request_id="r2",
         latency_ms=30,
         media_bytes=1,
     )
     merged = merge_results([first, second])
     assert list(merged.answers) == ["a", "b"]
-    assert merged.usage == Usage(7, 1)
+    assert merged.usage == Usage(input_tokens=7, output_tokens=1)
     assert (merged.request_id, merged.latency_ms, merged.upstream_ms) == ("r1,r2", 30, 5)
     assert (merged.model, merged.media_bytes) == ("jev-1", 8)
 
@@ -231,5 +231,7 @@ def test_read_answers_refuses_a_reply_with_an_unasked_id() -> None:
     raw = {"a": {"type": "noul", "noul": 0.9}, "b": {"type": "noul", "noul": 0.1}, "z": {}}
     with pytest.raises(Misaligned, match="1 answers under ids that were not asked: 'z'"):
         read_answers(raw, {"a": YES, "b": YES}, vendor="V")
-    assert read_usage({"inputTokens": 5, "output_tokens": 2}) == Usage(5, 2)
-    assert read_usage({"input_tokens": "5"}) == Usage(0, 0)
+    assert read_usage({"inputTokens": 5, "output_tokens": 2}) == Usage(
+        input_tokens=5, output_tokens=2
+    )
+    assert read_usage({"input_tokens": "5"}) == Usage(input_tokens=0, output_tokens=0)

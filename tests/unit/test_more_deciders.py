@@ -179,7 +179,7 @@ async def test_openai_request_shape_is_an_ordered_question_array() -> None:
     assert result.provider == "openai-decisions"
     assert result.model == "gpt-6-luna-2026-10-01"
     assert result.request_id == "req_1"
-    assert result.usage == Usage(120, 0)
+    assert result.usage == Usage(input_tokens=120, output_tokens=0)
     assert result.answers["urgent"] == BooleanAnswer(0.93)
     assert result.answers["team"] == ChoiceAnswer(
         "billing", {"billing": 0.8, "technical": 0.2}, 0.7
@@ -724,7 +724,7 @@ async def test_logprob_request_and_probability() -> None:
     assert isinstance(answer, BooleanAnswer)
     assert answer.probability == pytest.approx(yes / (yes + no))
     assert answer.probability == pytest.approx(0.9519, abs=1e-4)
-    assert result.usage == Usage(40, 1)
+    assert result.usage == Usage(input_tokens=40, output_tokens=1)
     assert result.model == "qwen3:8b"
     assert result.provider == "logprob"
 

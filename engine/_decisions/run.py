@@ -39,12 +39,29 @@ def _resolve(provider: Decider | None) -> Decider | None:
 
 
 async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:
-    """Send ``request`` to ``provider`` (the environment's default when ``None``) as one call.
+    """Send ``request`` to ``provider`` as one call, strictly.
+
+    Args:
+        request: the state and the questions; ``timeout_s`` bounds the call.
+        provider: the decision provider; the environment's default when ``None``.
+
+    Returns:
+        The provider's answers under the request's question ids. A malformed answer is
+        missing from ``answers`` (and logged), never fatal.
 
     Raises:
-        DecisionError: and nothing else. A request over the provider's caps is
-            refused before any network call; no configured provider is
-            ``invalid_request``.
+        DecisionError: and nothing else, with ``kind`` and ``retryable``. A request over
+            the provider's caps, with a state that is not JSON (NaN, infinity), or with
+            no provider configured is refused (``invalid_request`` or
+            ``max_tokens_exceeded``) before any network call; a reply that cannot be
+            matched to the questions with certainty is ``server``. A custom provider's
+            other exceptions are wrapped as ``server``.
+
+    **Cancellation:** the provider's deadline (the request's ``timeout_s``, else its
+    default) covers retries and waits; a caller's cancel scope still cancels it.
+
+    **Fail-open:** none: this is the strict call. Use :func:`try_decide` to carry on
+    without answers when the provider fails.
     """
     decider = _resolve(provider)
     if decider is None:
@@ -200,10 +217,26 @@ async def try_decide(
     window of ``concurrency``; their results merge (answers in order, usage
     summed, latency the maximum, request ids joined with ``,``).
 
+    Args:
+        request: the state and the questions.
+        provider: the decision provider; the environment's default when ``None``.
+        concurrency: batches in flight at once, at least 1.
+        deadline_s: budget of the whole call; late batches lose their answers.
+
     Returns:
         The merged result, or ``None`` when no provider is configured, every
         batch failed, or the deadline passed before any batch answered — all
-        of which mean "carry on as before". Never raises for a provider failure.
+        of which mean "carry on as before".
+
+    Raises:
+        ValueError: ``concurrency`` below 1 (the caller's mistake).
+
+    **Cancellation:** ends by ``deadline_s`` (``None`` when nothing answered in
+    time); a caller's cancel scope still cancels it.
+
+    **Fail-open:** a failed, late or misaligned batch costs only its own answers;
+    a provider failure is never raised. A partial result carries the answers that
+    came; the questions missing from it are unanswered.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")

@@ -182,28 +182,41 @@ async def route_servers(
     config: RoutingConfig = _DEFAULT,
     limiter: trio.CapacityLimiter | None = None,
 ) -> RoutingOutcome:
-    """Which servers ``query`` needs.
+    """Which servers ``query`` needs; a server is dropped only on a confident judgement.
 
     Args:
         query: the request, or a message list (see :func:`routing_query`).
         servers: ``Server`` objects, or a ``Catalog`` (its servers; tools without a server
             are not routed).
-        decider: asks one boolean question per server (the first ``max_servers``).
+        decider: asks one boolean question per server (the first ``max_servers``). When
+            the list of servers would not fit the provider's state window, the servers are
+            split across requests whose states each fit.
         generator: the fallback router, used only when no decision came back.
         embedder: the fast-path's embedder, used when ``config.embedding`` is on.
+        config: stages, gates and deadlines (:class:`RoutingConfig`).
         limiter: bounds the decision batches in flight (shared across calls).
 
     Returns:
-        The kept and excluded servers; ``skipped`` for an empty query or fewer than two
-        routable servers, ``failed_open`` (nothing excluded) when no router could judge.
+        The kept and excluded servers with ``outcome`` and ``reason``: ``applied`` when
+        every server asked was judged; ``degraded`` when only some were (the reason says
+        ``"k of n answered"``; the unanswered ones are kept); ``skipped`` for an empty
+        query or fewer than two routable servers; ``failed_open`` (nothing excluded) when
+        no router could judge.
 
     Raises:
         ConfigError: malformed servers or messages, or ``always_include`` naming an
             unknown server. Provider failures are never raised.
 
-    Cancellation:
-        The whole call ends by ``config.deadline_s`` (``failed_open``, reason
-        ``deadline``); each stage has its own budget. A caller's cancel scope still cancels it.
+    **Cancellation:** the whole call ends by ``config.deadline_s`` (``failed_open``,
+    reason ``deadline``); each stage has its own budget inside it. A caller's cancel
+    scope still cancels it at any await.
+
+    **Fail-open:** a failed, late or unreadable stage keeps every server it was asked
+    about and hands over to the next stage (decision → generative). A reply whose
+    answers cannot be matched to their questions with certainty (a different count, an
+    id or name that differs from the one sent) is treated as no reply; an unanswered,
+    malformed or near coin-flip answer keeps its server. A caller's mistake (bad servers,
+    bad messages) is raised, never failed open.
     """
     started = trio.current_time()
     entries = _entries(servers)

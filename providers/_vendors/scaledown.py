@@ -53,8 +53,16 @@ def _scores(payload: object, names: list[str]) -> dict[str, float]:
         if not isinstance(listed, list):
             raise MalformedAnswer("the reply has neither a scores map nor a labels list")
         raw = {
-            entry.get("label"): entry.get("score") for entry in listed if isinstance(entry, Mapping)
+            str(entry.get("label")): entry.get("score")
+            for entry in listed
+            if isinstance(entry, Mapping)
         }
+    stray = [label for label in raw if label not in names]
+    if stray:
+        # Scores for labels that were not sent: the reply may be another request's,
+        # so none of it is matched to this question.
+        shown = ", ".join(repr(str(label)[:40]) for label in stray[:3])
+        raise MalformedAnswer(f"the reply scores labels that were not offered ({shown})")
     scores: dict[str, float] = {}
     for name in names:
         value = raw.get(name)
@@ -103,7 +111,8 @@ class ScaleDownDecider(PerQuestionDecider):
 
     Scores come from ``scores`` (or, failing that, the ``labels`` list); a
     missing or non-probability score for any label leaves that question
-    unanswered (logged), as does a total of 0.
+    unanswered (logged), as does a total of 0 or a score for a label that was
+    not sent (the reply cannot be matched to this question with certainty).
 
     The endpoint takes no model: results name ``classify-1``, and a request
     naming another model is refused. At most 16 questions per request — each

@@ -567,6 +567,25 @@ async def test_scaledown_reads_the_labels_list_and_drops_bad_scores(
     assert "dropped the answer to question 'team'" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "reply_body",
+    [
+        {"scores": {"true": 0.9, "false": 0.1, "billing": 0.5}},
+        {"labels": [{"label": "true", "score": 0.9}, {"label": "maybe", "score": 0.1}]},
+        {"labels": [{"label": ["true"], "score": 0.9}, {"label": "false", "score": 0.1}]},
+    ],
+    ids=["scores", "labels", "unhashable-label"],
+)
+async def test_scaledown_a_reply_scoring_labels_not_sent_is_not_used(
+    reply_body: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server(reply(reply_body))
+    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+        result = await scaledown(server).decide(ask(urgent=QUESTIONS["urgent"]))
+    assert result.answers == {}
+    assert "labels that were not offered" in caplog.text
+
+
 async def test_scaledown_refuses_media_models_and_overflow_before_any_request() -> None:
     server = Server(never)
     decider = scaledown(server)

@@ -165,3 +165,71 @@ async def test_an_auth_failure_is_never_retried_even_when_the_server_asks(client
 def test_every_client_refuses_plain_http_off_loopback(build: Callable[[str], Any]) -> None:
     with pytest.raises(ConfigError, match="https"):
         build("http://models.example.com")
+
+
+async def slow_retries_decider(budget_s: float) -> tuple[int, Exception | None]:
+    with serve_vendor("typesafe", api_key=KEY) as server:
+        server.fault = Fault.error(503, retry_after=0.4)
+        decider = TypeSafeDecider(
+            api_key=KEY, base_url=server.base_url, retry=MANY, timeout_s=budget_s
+        )
+        try:
+            await decider.decide(REQUEST)
+        except ProviderError as exc:
+            return len(server.requests), exc
+        finally:
+            await decider.aclose()
+        return len(server.requests), None
+
+
+async def slow_retries_generator(budget_s: float) -> tuple[int, Exception | None]:
+    with serve_vendor("typesafe", api_key=KEY) as server:
+        server.fault = Fault.error(503, retry_after=0.4)
+        generator = OpenAICompatibleGenerator(
+            model="m", api_key=KEY, base_url=server.base_url + "/v1", retry=MANY, timeout_s=budget_s
+        )
+        try:
+            await generator.generate_json("p", {"type": "object"})
+        except ProviderError as exc:
+            return len(server.requests), exc
+        finally:
+            await generator.aclose()
+        return len(server.requests), None
+
+
+async def slow_retries_embedder(budget_s: float) -> tuple[int, Exception | None]:
+    with embedding_server() as server:
+        reply = EmbeddingReply(503, {"error": {"message": "busy"}}, headers={"Retry-After": "0.4"})
+        server.then(*[reply] * 60)
+        embedder = OpenAIEmbedder(
+            model="m", base_url=server.base_url, dim=4, retry=MANY, deadline_s=budget_s
+        )
+        try:
+            embedder.embed(["a"])
+        except ProviderError as exc:
+            return len(server.seen), exc
+        finally:
+            embedder.close()
+        return len(server.seen), None
+
+
+#: Far more retries than the budget allows: only the one deadline can end the call.
+MANY = RetryPolicy(retries=50, backoff_s=0.05, max_backoff_s=0.05, jitter=0.0)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [slow_retries_decider, slow_retries_generator, slow_retries_embedder],
+    ids=["decider", "generator", "embedder"],
+)
+async def test_one_deadline_covers_every_retry_of_a_call(
+    call: Callable[[float], Awaitable[tuple[int, Exception | None]]],
+) -> None:
+    started = time.monotonic()
+    requests, error = await call(1.0)
+    elapsed = time.monotonic() - started
+    assert isinstance(error, ProviderError)
+    assert error.retryable
+    # 50 retries 0.4 s apart would take 20 s; the 1 s budget stops them after a few.
+    assert 2 <= requests <= 4
+    assert elapsed < 6.0

@@ -23,8 +23,6 @@ from .._core.errors import ConfigError
 
 REDACTED = "[redacted]"
 
-#: Longest excerpt of a response body quoted in an error message.
-_EXCERPT_CHARS = 200
 
 # Patterns for credentials that may show up in bodies or exception texts even
 # when they are not the configured key (a proxy echoing another tenant's key,
@@ -252,7 +250,7 @@ def retry_after_s(headers: Mapping[str, str], now: float) -> float | None:
 
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
-    """How :class:`JsonClient` retries 429, 5xx, timeouts and connection errors.
+    """How every remote provider retries: 408, 409, 429, 5xx, timeouts and lost connections.
 
     Attributes:
         retries: attempts after the first one.

@@ -29,7 +29,13 @@ from toolroute import (
     read_choice,
     read_score,
 )
-from toolroute._core.decision import decision_key, merge_results, split_questions
+from toolroute._core.decision import (
+    answered_reason,
+    decision_key,
+    merge_results,
+    reply_outcome,
+    split_questions,
+)
 from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
 from toolroute._core.decision_wire import (
     MalformedAnswer,
@@ -235,3 +241,34 @@ def test_read_answers_refuses_a_reply_with_an_unasked_id() -> None:
         input_tokens=5, output_tokens=2
     )
     assert read_usage({"input_tokens": "5"}) == Usage(input_tokens=0, output_tokens=0)
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered", "outcome"),
+    [(6, 6, "applied"), (6, 5, "degraded"), (6, 1, "degraded"), (6, 0, "failed_open")],
+)
+def test_one_rule_for_how_a_reply_went(asked: int, answered: int, outcome: str) -> None:
+    assert reply_outcome(asked, answered) == outcome
+    assert answered_reason(asked, answered) == f"{answered} of {asked} answered"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_state_with_a_non_finite_number_is_an_invalid_request(bad: float) -> None:
+    request = DecisionRequest(state={"n": [1, bad]}, questions={"q": YES})
+    with pytest.raises(DecisionError, match="NaN or an infinite number") as caught:
+        check_request(request, DecisionLimits(), vendor="V", model="m")
+    assert caught.value.kind == "invalid_request"
+
+
+def test_a_state_that_is_not_json_is_an_invalid_request() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    for state in ({"when": object()}, loop):
+        with pytest.raises(DecisionError) as caught:
+            check_request(
+                DecisionRequest(state=state, questions={"q": YES}),
+                DecisionLimits(max_state_tokens=10),
+                vendor="V",
+                model="m",
+            )
+        assert caught.value.kind == "invalid_request"

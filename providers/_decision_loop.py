@@ -280,11 +280,28 @@ class HttpDecider:
         await self._client.aclose()
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
-        """Send ``request`` as one call.
+        """Send ``request`` as one call on the shared loop.
+
+        Args:
+            request: the state, questions and media; ``timeout_s`` bounds the call.
+
+        Returns:
+            The answers under the request's ids; a malformed answer is missing
+            (and logged), not fatal.
 
         Raises:
-            DecisionError: with ``kind`` and ``retryable``; over-limit, keyless,
-                latched and malformed requests fail before any network call.
+            DecisionError: with ``kind`` and ``retryable``. Over-limit, keyless,
+                latched and malformed requests (a state that is not JSON
+                included) fail as ``invalid_request``, ``max_tokens_exceeded`` or
+                ``authentication`` before any network call; a reply that cannot
+                be matched to the questions with certainty is ``server``.
+
+        **Cancellation:** one deadline (``request.timeout_s``, the provider's
+        ``timeout_s``, else the limits' default) covers every attempt and wait;
+        a caller's cancel scope still cancels it.
+
+        **Fail-open:** none here: this is the strict call that ``try_decide``
+        and routing build on.
         """
         self._check_credentials()
         model = request.model or self.model

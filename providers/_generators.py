@@ -94,13 +94,23 @@ class _JsonGenerator:
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked.
 
+        Args:
+            prompt: the user message.
+            schema: the JSON schema the answer should match.
+
+        Returns:
+            The first JSON value found in the model's answer text.
+
         Raises:
             ProviderError: no key (when required), a latched auth failure, an
                 HTTP error, the deadline, or an answer without JSON in it.
             ConfigError: ``schema`` is not JSON-serialisable.
 
-        **Cancellation**: the whole call, retries and waits included, runs
+        **Cancellation:** the whole call, retries and waits included, runs
         under one ``timeout_s`` deadline; an outer cancel scope also applies.
+
+        **Fail-open:** none here; callers (re-rank, enrichment, the generative
+        router) fail open on the ``ProviderError``.
         """
         if self.needs_key and not self._api_key:
             raise ProviderError(f"{self.vendor} has no API key; pass api_key=.")

@@ -25,6 +25,7 @@ from .._core.errors import ConfigError, ProviderError
 from ._rules import (
     GiveUp,
     RetryPolicy,
+    check_base_url,
     header_secrets,
     is_loopback,
     is_retryable_status,
@@ -33,7 +34,6 @@ from ._rules import (
     retry_after_s,
     should_retry,
 )
-from ._rules import check_base_url as check_base_url
 
 #: The transport type a test may hand to :class:`JsonClient`; re-exported so
 #: that no other module needs to import httpx for a type annotation.

@@ -28,11 +28,11 @@ SERVERS = [
 
 async def main(query: str) -> None:
     decider = default_decider()
-    outcome = await route_servers(query, SERVERS, decider=decider)
+    routing = await route_servers(query, SERVERS, decider=decider)
     print(f"provider: {decider.name if decider else 'none configured'}")
-    print(f"outcome:  {outcome.outcome} {outcome.reason}".rstrip())
-    print(f"kept:     {', '.join(outcome.selected)}")
-    print(f"dropped:  {', '.join(outcome.excluded) or '-'}")
+    print(f"outcome:  {routing.outcome} {routing.reason}".rstrip())
+    print(f"kept:     {', '.join(routing.selected)}")
+    print(f"dropped:  {', '.join(routing.excluded) or '-'}")
     if decider is not None:
         await decider.aclose()
 

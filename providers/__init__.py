@@ -9,18 +9,18 @@ from ._default_decider import default_decider as default_decider
 from ._generators import AnthropicGenerator as AnthropicGenerator
 from ._generators import OpenAICompatibleGenerator as OpenAICompatibleGenerator
 from ._hashing import HashingEmbedder as HashingEmbedder
-from ._http import RetryPolicy as RetryPolicy
-from ._logprob import LogprobDecider as LogprobDecider
 from ._minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._minilm import default_embedder as default_embedder
-from ._openai_decisions import OpenAIDecisionsDecider as OpenAIDecisionsDecider
 from ._openai_embeddings import OpenAIEmbedder as OpenAIEmbedder
-from ._scaledown import ScaleDownDecider as ScaleDownDecider
-from ._system_one import ClefDecider as ClefDecider
-from ._system_one import LayaDecider as LayaDecider
-from ._system_one import PerplexityDecider as PerplexityDecider
-from ._system_one import TypeSafeDecider as TypeSafeDecider
-from ._system_one import XorDecider as XorDecider
+from ._rules import RetryPolicy as RetryPolicy
+from ._vendors.clef import ClefDecider as ClefDecider
+from ._vendors.laya import LayaDecider as LayaDecider
+from ._vendors.logprob import LogprobDecider as LogprobDecider
+from ._vendors.openai_decisions import OpenAIDecisionsDecider as OpenAIDecisionsDecider
+from ._vendors.perplexity import PerplexityDecider as PerplexityDecider
+from ._vendors.scaledown import ScaleDownDecider as ScaleDownDecider
+from ._vendors.typesafe import TypeSafeDecider as TypeSafeDecider
+from ._vendors.xor import XorDecider as XorDecider
 
 __all__ = [
     "AnthropicGenerator",

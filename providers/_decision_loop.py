@@ -1,26 +1,30 @@
-"""The loop every HTTP decision provider shares; vendors are small codecs on it.
+"""The decision codec base: what every HTTP decision provider shares on the one loop.
 
-One call: local checks (key, auth latch, limits, media, body size) before any
-network traffic, then at most ``retry.retries + 1`` attempts inside one
-deadline. A ``Retry-After`` is honoured only when it fits what is left of the
-deadline; otherwise the call fails at once, so a caller never waits for an
-answer that would come too late.
+One call: local checks (key, auth latch, limits, JSON, media, body size)
+before any network traffic, then the shared :class:`~._loop.ProviderLoop`
+(retries, one deadline, ``Retry-After``, the latch). Vendors override the
+codec hooks; each keeps its own status → kind table, since the vendors'
+references disagree (529 is ``overloaded`` for TypeSafe only).
+
+**Alignment rule.** A reply whose answers cannot be matched to the questions
+asked with certainty (a different count, or an id or echoed name that differs
+from the one sent at that position) is no reply: the call fails with
+``server`` and no answer of it is used, so nothing is decided on an answer
+that may belong to another question.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import random
-import time
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Unpack
 
 import attrs
 import trio
 
 from .._core.decision import (
+    JSON,
     Answer,
     BooleanQuestion,
     ChoiceQuestion,
@@ -30,34 +34,32 @@ from .._core.decision import (
     Usage,
 )
 from .._core.decision_limits import DecisionLimits, check_request
-from .._core.decision_wire import read_answers, read_usage
+from .._core.decision_wire import Misaligned, read_answers, read_usage
 from .._core.errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
 from .._core.media import PreparedMedia, prepare_media
-from ._http import (
-    AsyncJsonClient,
-    AsyncTransport,
-    Reply,
-    RetryPolicy,
-    TransportError,
-    parse_retry_after,
-    retry_attempts,
-)
+from ._http import AsyncJsonClient, Reply
+from ._loop import LoopOptions, ProviderLoop
+from ._rules import RETRYABLE_STATUSES, RetryPolicy
 
 #: One retry; the first waits 0.25–0.5 s (NeuroLink's ``2^n·250 + rand·250`` ms).
 DECISION_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=4.0, jitter=0.5)
 
 Kind = DecisionErrorKind
 
-#: Kind of an HTTP status when the vendor's envelope says nothing more specific.
+#: Kind of an HTTP status when the vendor's envelope says nothing more specific
+#: (Laya's table, which XOR, Perplexity and Clef share for these statuses; 529 is
+#: not in it: only TypeSafe's reference maps 529 to ``overloaded``).
 _STATUS_KINDS: dict[int, Kind] = {
     401: Kind.AUTHENTICATION,
     403: Kind.AUTHENTICATION,
     413: Kind.MAX_TOKENS_EXCEEDED,
     429: Kind.RATE_LIMIT,
     503: Kind.OVERLOADED,
-    529: Kind.OVERLOADED,
 }
-_RETRYABLE = frozenset({Kind.RATE_LIMIT, Kind.OVERLOADED, Kind.SERVER})
+#: Kinds worth another attempt; 408 and 409 are retried too, whatever their kind.
+_RETRYABLE = frozenset({Kind.RATE_LIMIT, Kind.OVERLOADED, Kind.SERVER, Kind.TIMEOUT})
+#: Request timeout and conflict: retried by every SDK, whatever kind a vendor gives them.
+_ALWAYS_RETRIED = RETRYABLE_STATUSES - {429}
 
 
 def status_kind(status: int, table: Mapping[int, Kind] = _STATUS_KINDS) -> Kind:
@@ -107,11 +109,10 @@ class HttpDecider:
             ``authentication`` without a network call.
         base_url: https, or http on loopback; never echoed in messages.
         model: the model asked when a request does not name one.
-        timeout_s: default budget of one call, retries included; the
-            provider's own default (which may grow with the request) otherwise.
-        retry: attempts after the first and their back-off.
-        transport: an httpx async transport instead of the network (tests).
-        rng: jitter source.
+        options: the loop options (:class:`~._loop.LoopOptions`): ``timeout_s``
+            (default budget of one call, retries included; the provider's own
+            default, which may grow with the request, otherwise), ``retry``,
+            ``transport`` and ``rng``.
 
     Raises:
         ConfigError: a bad base URL, or a header value that is not printable ASCII.
@@ -139,25 +140,25 @@ class HttpDecider:
         api_key: str | None,
         base_url: str | None = None,
         model: str | None = None,
-        timeout_s: float | None = None,
-        retry: RetryPolicy = DECISION_RETRY,
-        transport: AsyncTransport | None = None,
-        rng: Callable[[], float] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
         self._api_key = (api_key or "").strip()
         url = base_url or self.default_base_url
         if not url:
             raise ConfigError(f"{self.vendor} needs base_url (no public default endpoint)")
         self.model = model or self.default_model
-        self._timeout_s = timeout_s
-        self._retry = retry
-        self._rng = rng or random.random
-        self._auth_failed = False
+        self._timeout_s = options.get("timeout_s")
         self._client = AsyncJsonClient(
             self._normalise_base_url(url),
             headers=self._headers(),
             secrets=[self._api_key],
-            transport=transport,
+            transport=options.get("transport"),
+        )
+        self._loop = ProviderLoop(
+            self._client,
+            self,
+            retry=options.get("retry", DECISION_RETRY),
+            rng=options.get("rng"),
         )
 
     # -- codec hooks -------------------------------------------------------
@@ -194,9 +195,7 @@ class HttpDecider:
             raise DecisionError(
                 Kind.SERVER, f"{self.vendor} returned a response without an answers map."
             )
-        answers = read_answers(
-            payload["answers"], request.questions, vendor=self.vendor, redact=self._client.redact
-        )
+        answers = read_answer_map(self, payload["answers"], request.questions)
         resolved = payload.get("model")
         return Decoded(
             answers,
@@ -218,12 +217,53 @@ class HttpDecider:
         self, kind: Kind, reply: Reply, message: str | None, *, retryable: bool | None = None
     ) -> DecisionError:
         text = message.strip() if message and message.strip() else reply.excerpt()
+        if retryable is None:
+            retryable = kind in _RETRYABLE or reply.status in _ALWAYS_RETRIED
         return DecisionError(
             kind,
             self._client.redact(f"{self.vendor} returned HTTP {reply.status}: {text}"),
             status=reply.status,
             request_id=self._request_id(reply.headers),
-            retryable=kind in _RETRYABLE if retryable is None else retryable,
+            retryable=retryable,
+        )
+
+    # -- the loop's codec (LoopCodec) ---------------------------------------
+
+    def refused(self, reply: Reply) -> ProviderError:
+        return self._error(reply)
+
+    def is_auth_failure(self, error: ProviderError) -> bool:
+        return isinstance(error, DecisionError) and error.kind is Kind.AUTHENTICATION
+
+    def latched(self, cause: ProviderError) -> ProviderError:
+        return DecisionError(
+            Kind.AUTHENTICATION,
+            f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
+            " construct a new provider.",
+            status=cause.status,
+        )
+
+    def unreachable(self, message: str) -> ProviderError:
+        return DecisionError(Kind.NETWORK, message, retryable=True)
+
+    def too_late(self, budget_s: float, last: ProviderError | None) -> ProviderError:
+        after = f" (last failure: {last})" if last is not None else ""
+        return DecisionError(
+            Kind.TIMEOUT,
+            self._client.redact(
+                f"{self.vendor} did not answer within the {budget_s:.3g} s deadline.{after}"
+            ),
+            retryable=True,
+        )
+
+    def given_up(self, error: ProviderError, reason: str) -> ProviderError:
+        assert isinstance(error, DecisionError)  # refused/unreachable make only these
+        return DecisionError(
+            error.kind,
+            f"{error}; {reason}",
+            status=error.status,
+            request_id=error.request_id,
+            retryable=True,
         )
 
     def _prepare(self, request: DecisionRequest) -> PreparedMedia:
@@ -240,11 +280,28 @@ class HttpDecider:
         await self._client.aclose()
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
-        """Send ``request`` as one call.
+        """Send ``request`` as one call on the shared loop.
+
+        Args:
+            request: the state, questions and media; ``timeout_s`` bounds the call.
+
+        Returns:
+            The answers under the request's ids; a malformed answer is missing
+            (and logged), not fatal.
 
         Raises:
-            DecisionError: with ``kind`` and ``retryable``; over-limit, keyless,
-                latched and malformed requests fail before any network call.
+            DecisionError: with ``kind`` and ``retryable``. Over-limit, keyless,
+                latched and malformed requests (a state that is not JSON
+                included) fail as ``invalid_request``, ``max_tokens_exceeded`` or
+                ``authentication`` before any network call; a reply that cannot
+                be matched to the questions with certainty is ``server``.
+
+        **Cancellation:** one deadline (``request.timeout_s``, the provider's
+        ``timeout_s``, else the limits' default) covers every attempt and wait;
+        a caller's cancel scope still cancels it.
+
+        **Fail-open:** none here: this is the strict call that ``try_decide``
+        and routing build on.
         """
         self._check_credentials()
         model = request.model or self.model
@@ -274,12 +331,7 @@ class HttpDecider:
                 Kind.AUTHENTICATION,
                 f"{self.vendor} has no API key. Set {self.key_env} or pass api_key=.",
             )
-        if self._auth_failed:
-            raise DecisionError(
-                Kind.AUTHENTICATION,
-                f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
-                " construct a new provider.",
-            )
+        self._loop.check_latch()
 
     def _budget_s(self, request: DecisionRequest, state_tokens: int) -> float:
         """The call's deadline: the request's, the provider's, or the limits' default."""
@@ -309,10 +361,20 @@ class HttpDecider:
         return payload
 
     def _check_size(self, body: object) -> None:
+        """Refuse a body that is not JSON or over the media limits, before any network call."""
+        try:
+            text = json.dumps(body, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            # The state is the caller's: NaN, infinity or a non-JSON object is their mistake.
+            raise DecisionError(
+                Kind.INVALID_REQUEST,
+                f"{self.vendor} needs the request as JSON; it is not ({type(exc).__name__}:"
+                f" {exc}). Replace NaN and infinite numbers and non-JSON values in the state.",
+            ) from None
         media = self.limits.media
         if media is None:
             return
-        size = len(json.dumps(body, separators=(",", ":")).encode())
+        size = len(text.encode())
         if size > media.max_request_bytes:
             raise DecisionError(
                 Kind.INVALID_REQUEST,
@@ -321,44 +383,9 @@ class HttpDecider:
             )
 
     async def _send(self, path: str, body: object, deadline: float, budget_s: float) -> Reply:
-        def give_up(error: ProviderError, reason: str) -> DecisionError:
-            assert isinstance(error, DecisionError)
-            return DecisionError(
-                error.kind,
-                f"{error}; {reason}",
-                status=error.status,
-                request_id=error.request_id,
-                retryable=True,
-            )
-
-        return await retry_attempts(
-            functools.partial(self._attempt, path, body, deadline, budget_s),
-            policy=self._retry,
-            deadline=deadline,
-            rng=self._rng,
-            give_up=give_up,
-        )
-
-    async def _attempt(
-        self, path: str, body: object, deadline: float, budget_s: float
-    ) -> Reply | tuple[DecisionError, float | None]:
-        """One request: the 2xx reply, or the error with the server's ``Retry-After``."""
-        with trio.move_on_after(max(0.0, deadline - trio.current_time())):
-            try:
-                reply = await self._client.post(path, body)
-            except TransportError as exc:
-                return DecisionError(Kind.NETWORK, str(exc), retryable=True), None
-            if 200 <= reply.status <= 299:
-                return reply
-            error = self._error(reply)
-            if error.kind is Kind.AUTHENTICATION:
-                self._auth_failed = True
-            return error, parse_retry_after(reply.headers.get("retry-after"), time.time())
-        return DecisionError(
-            Kind.TIMEOUT,
-            f"{self.vendor} did not answer within the {budget_s:.3g} s deadline.",
-            retryable=True,
-        ), None
+        """One call on the shared loop (retries, deadline, latch)."""
+        reply = await self._loop.send(path, body, deadline=deadline, budget_s=budget_s)
+        return reply
 
 
 def encode_question(question: Question, boolean_type: str) -> dict[str, Any]:
@@ -390,3 +417,82 @@ def _milliseconds(value: str | None) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) and number >= 0 else None
+
+
+#: Image types the System One vendors with images read.
+PNG_JPEG_WEBP = frozenset({"image/png", "image/jpeg", "image/webp"})
+
+
+def read_answer_map(
+    decider: HttpDecider,
+    raw_answers: Mapping[str, object],
+    questions: Mapping[str, Question],
+    *,
+    confidences: Mapping[str, object] | None = None,
+) -> dict[str, Answer]:
+    """The answers of an id-keyed reply, under the alignment rule.
+
+    Raises:
+        DecisionError: ``server`` when the reply carries an answer under an id
+            that was not asked: it cannot be matched to the questions with
+            certainty, so none of it is used.
+    """
+    try:
+        return read_answers(
+            raw_answers,
+            questions,
+            vendor=decider.vendor,
+            confidences=confidences,
+            redact=decider._client.redact,
+        )
+    except Misaligned as exc:
+        raise misaligned(decider, str(exc)) from None
+
+
+def misaligned(decider: HttpDecider, detail: str) -> DecisionError:
+    """The error of a reply that cannot be matched to its questions with certainty."""
+    return DecisionError(
+        Kind.SERVER,
+        decider._client.redact(
+            f"{decider.vendor} returned answers that cannot be matched to the questions"
+            f" asked ({detail}); none of them is used."
+        ),
+    )
+
+
+def json_text(value: JSON, *, vendor: str, what: str) -> str:
+    """``value`` as text: a string as is, anything else as compact JSON.
+
+    Raises:
+        DecisionError: ``invalid_request`` when ``value`` is not JSON.
+    """
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise DecisionError(
+            Kind.INVALID_REQUEST,
+            f"{vendor} reads {what} as text; it is not JSON-serialisable ({type(exc).__name__}).",
+        ) from None
+
+
+def state_text(state: JSON, *, vendor: str) -> str:
+    """The state as the text a text-only endpoint reads (compact JSON unless a string)."""
+    return json_text(state, vendor=vendor, what="the state")
+
+
+def litellm_message(message: str | None) -> str | None:
+    """A LiteLLM proxy message without the key it echoes (``Received API Key = …``)."""
+    if message is None:
+        return None
+    return message.split(" Received API Key", 1)[0].strip()
+
+
+def dig(value: object, *keys: str) -> object:
+    """``value[k1][k2]…``, or ``None`` as soon as a level is not a mapping."""
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value

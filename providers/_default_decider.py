@@ -8,10 +8,14 @@ from typing import Any
 
 from .._core.errors import ConfigError
 from ._decision_loop import HttpDecider
-from ._logprob import LogprobDecider
-from ._openai_decisions import OpenAIDecisionsDecider
-from ._scaledown import ScaleDownDecider
-from ._system_one import ClefDecider, LayaDecider, PerplexityDecider, TypeSafeDecider, XorDecider
+from ._vendors.clef import ClefDecider
+from ._vendors.laya import LayaDecider
+from ._vendors.logprob import LogprobDecider
+from ._vendors.openai_decisions import OpenAIDecisionsDecider
+from ._vendors.perplexity import PerplexityDecider
+from ._vendors.scaledown import ScaleDownDecider
+from ._vendors.typesafe import TypeSafeDecider
+from ._vendors.xor import XorDecider
 
 Env = Mapping[str, str]
 

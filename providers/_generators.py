@@ -1,20 +1,20 @@
 """Chat models that answer with JSON: OpenAI-compatible servers and Anthropic.
 
-Both classes implement :class:`~toolroute.providers.Generator` on one shared
-retry loop: at most ``retry.retries + 1`` attempts inside one trio deadline, a
-``Retry-After`` honoured only when it fits what is left of that deadline, and
-an auth latch after 401/403. Every failure is a :class:`~toolroute.ProviderError`
-whose message says what came back, with credentials redacted.
+Both classes are codecs on the one provider loop (:mod:`._loop`), the same
+the deciders use: at most ``retry.retries + 1`` attempts inside one trio
+deadline, 408/409/429/5xx retried unless ``x-should-retry`` says otherwise,
+``retry-after-ms`` / ``Retry-After`` honoured only when it fits what is left of
+that deadline, and an auth latch after 401/403. Every failure is a
+:class:`~toolroute.ProviderError` whose message says what came back, with
+credentials redacted.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
-import time
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, Unpack
 from urllib.parse import urlsplit
 
 import trio
@@ -22,31 +22,16 @@ import trio
 from .._core.errors import ConfigError, ProviderError
 from .._core.json_text import extract_json
 from ._decision_loop import envelope_message
-from ._http import (
-    AsyncJsonClient,
-    AsyncTransport,
-    Reply,
-    RetryPolicy,
-    TransportError,
-    parse_retry_after,
-    retry_attempts,
-)
+from ._http import AsyncJsonClient, Reply
+from ._loop import LoopOptions, ProviderLoop
+from ._rules import RetryPolicy, is_retryable_status
 
 #: One retry; back-off as in the openai/anthropic SDKs: 0.5 s doubling, 25 % jitter.
 GENERATOR_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=8.0, jitter=0.25)
+#: Budget of one call when ``timeout_s`` is not given.
+DEFAULT_TIMEOUT_S = 15.0
 
 _EXCERPT_CHARS = 200
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's requested delay: ``retry-after-ms``, else ``Retry-After``."""
-    try:
-        seconds = float(headers.get("retry-after-ms", "nan")) / 1000.0
-    except ValueError:
-        seconds = math.nan
-    if math.isfinite(seconds) and seconds >= 0:
-        return seconds
-    return parse_retry_after(headers.get("retry-after"), time.time())
 
 
 class _JsonGenerator:
@@ -69,26 +54,26 @@ class _JsonGenerator:
     identity: str
 
     def __init__(
-        self,
-        model: str,
-        api_key: str | None,
-        base_url: str,
-        timeout_s: float,
-        retry: RetryPolicy,
-        transport: AsyncTransport | None,
-        rng: Callable[[], float] | None,
+        self, model: str, api_key: str | None, base_url: str, options: LoopOptions
     ) -> None:
+        timeout_s = options.get("timeout_s")
+        timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
             raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.model = model
         self._api_key = (api_key or "").strip()
         self._timeout_s = float(timeout_s)
-        self._retry = retry
-        self._rng = rng or random.random
-        # (message, status) of the 401/403 that latched this generator shut.
-        self._auth_failure: tuple[str, int] | None = None
         self._client = AsyncJsonClient(
-            base_url, headers=self._headers(), secrets=[self._api_key], transport=transport
+            base_url,
+            headers=self._headers(),
+            secrets=[self._api_key],
+            transport=options.get("transport"),
+        )
+        self._loop = ProviderLoop(
+            self._client,
+            self,
+            retry=options.get("retry", GENERATOR_RETRY),
+            rng=options.get("rng"),
         )
         self.identity = f"{self.scheme}:{model}@{urlsplit(self._client.base_url).netloc}"
 
@@ -109,20 +94,33 @@ class _JsonGenerator:
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked.
 
+        Args:
+            prompt: the user message.
+            schema: the JSON schema the answer should match.
+
+        Returns:
+            The first JSON value found in the model's answer text.
+
         Raises:
             ProviderError: no key (when required), a latched auth failure, an
                 HTTP error, the deadline, or an answer without JSON in it.
             ConfigError: ``schema`` is not JSON-serialisable.
 
-        **Cancellation**: the whole call, retries and waits included, runs
+        **Cancellation:** the whole call, retries and waits included, runs
         under one ``timeout_s`` deadline; an outer cancel scope also applies.
+
+        **Fail-open:** none here; callers (re-rank, enrichment, the generative
+        router) fail open on the ``ProviderError``.
         """
         if self.needs_key and not self._api_key:
             raise ProviderError(f"{self.vendor} has no API key; pass api_key=.")
-        if self._auth_failure is not None:
-            message, status = self._auth_failure
-            raise ProviderError(message, status=status, retryable=False)
-        reply = await self._send(self._body(prompt, schema))
+        self._loop.check_latch()
+        reply = await self._loop.send(
+            self.path,
+            self._body(prompt, schema),
+            deadline=trio.current_time() + self._timeout_s,
+            budget_s=self._timeout_s,
+        )
         payload = reply.json()
         text = self._text(payload) if isinstance(payload, Mapping) else None
         if text is None:
@@ -137,37 +135,9 @@ class _JsonGenerator:
                 f"answered with text that holds no JSON: {self._quote(text)}", reply.status
             ) from None
 
-    async def _send(self, body: object) -> Reply:
-        last = ""
+    # -- the loop's codec (LoopCodec) ---------------------------------------
 
-        async def attempt() -> Reply | tuple[ProviderError, float | None]:
-            nonlocal last
-            try:
-                reply = await self._client.post(self.path, body)
-            except TransportError as exc:
-                last = str(exc)
-                return self._error(last, retryable=True), None
-            if 200 <= reply.status <= 299:
-                return reply
-            last, retryable, wait = self._refusal(reply)
-            return self._error(last, reply.status, retryable=retryable), wait
-
-        def give_up(error: ProviderError, reason: str) -> ProviderError:
-            return self._error(f"{last}; {reason}", error.status, retryable=True)
-
-        with trio.move_on_after(self._timeout_s):
-            return await retry_attempts(
-                attempt,
-                policy=self._retry,
-                deadline=trio.current_time() + self._timeout_s,
-                rng=self._rng,
-                give_up=give_up,
-            )
-        after = f" (last failure: {last})" if last else ""
-        raise self._error(f"did not answer within {self._timeout_s:g} s{after}", retryable=True)
-
-    def _refusal(self, reply: Reply) -> tuple[str, bool, float | None]:
-        """Message, retryability and requested delay of a non-2xx reply."""
+    def refused(self, reply: Reply) -> ProviderError:
         payload = reply.json()
         error = payload.get("error") if isinstance(payload, Mapping) else None
         detail = envelope_message(payload)
@@ -178,21 +148,30 @@ class _JsonGenerator:
         request_id = reply.headers.get("request-id") or reply.headers.get("x-request-id")
         message = f"returned HTTP {reply.status}: {self._cut(detail)}"
         message += f" (request id {request_id})" if request_id else ""
-        if reply.status in (401, 403):
-            # Retrying with the same key only burns quota and may lock the account.
-            self._auth_failure = (
-                self._client.redact(
-                    f"{self.vendor} rejected this API key earlier (HTTP {reply.status}); not"
-                    " sent. Build a new generator with a valid key."
-                ),
-                reply.status,
-            )
-            return message, False, None
-        retryable = reply.status in (408, 409, 429) or reply.status >= 500
-        override = reply.headers.get("x-should-retry", "").strip().lower()
-        if override in ("true", "false"):
-            retryable = override == "true"
-        return message, retryable, _retry_after(reply.headers)
+        return self._error(message, reply.status, retryable=is_retryable_status(reply.status))
+
+    def is_auth_failure(self, error: ProviderError) -> bool:
+        return error.status in (401, 403)
+
+    def latched(self, cause: ProviderError) -> ProviderError:
+        return ProviderError(
+            self._client.redact(
+                f"{self.vendor} rejected this API key earlier (HTTP {cause.status}); not"
+                " sent. Build a new generator with a valid key."
+            ),
+            status=cause.status,
+            retryable=False,
+        )
+
+    def unreachable(self, message: str) -> ProviderError:
+        return self._error(message, retryable=True)
+
+    def too_late(self, budget_s: float, last: ProviderError | None) -> ProviderError:
+        after = f" (last failure: {last})" if last is not None else ""
+        return self._error(f"did not answer within {budget_s:g} s{after}", retryable=True)
+
+    def given_up(self, error: ProviderError, reason: str) -> ProviderError:
+        return ProviderError(f"{error}; {reason}", status=error.status, retryable=True)
 
     def _error(
         self, message: str, status: int | None = None, *, retryable: bool = False
@@ -237,10 +216,9 @@ class OpenAICompatibleGenerator(_JsonGenerator):
             decoding (``strict: false``); ``json_object`` asks only for JSON
             and puts the schema in a system message instead.
         temperature, max_tokens: sampling options, sent as given.
-        timeout_s: budget of one call, retries and waits included.
-        retry: attempts after the first and their back-off.
-        transport: an httpx async transport instead of the network (tests).
-        rng: jitter source.
+        options: the loop options (:class:`~._loop.LoopOptions`): ``timeout_s``
+            (budget of one call, retries and waits included; 15 s by default),
+            ``retry``, ``transport`` and ``rng``.
     """
 
     vendor = "OpenAI-compatible server"
@@ -256,10 +234,7 @@ class OpenAICompatibleGenerator(_JsonGenerator):
         response_format: Literal["json_schema", "json_object"] = "json_schema",
         temperature: float = 0.0,
         max_tokens: int = 1024,
-        timeout_s: float = 15.0,
-        retry: RetryPolicy = GENERATOR_RETRY,
-        transport: AsyncTransport | None = None,
-        rng: Callable[[], float] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
         if response_format not in ("json_schema", "json_object"):
             raise ConfigError(
@@ -268,7 +243,7 @@ class OpenAICompatibleGenerator(_JsonGenerator):
         self.response_format = response_format
         self.temperature = temperature
         self.max_tokens = max_tokens
-        super().__init__(model, api_key, base_url, timeout_s, retry, transport, rng)
+        super().__init__(model, api_key, base_url, options)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
@@ -305,8 +280,8 @@ class AnthropicGenerator(_JsonGenerator):
         model: e.g. ``claude-haiku-4-5``.
         api_key: sent as ``x-api-key``; missing or blank fails each call
             without a network request.
-        base_url, max_tokens, temperature, timeout_s, retry, transport, rng:
-            as for :class:`OpenAICompatibleGenerator`. 529 (overloaded) is retried.
+        base_url, max_tokens, temperature, options: as for
+            :class:`OpenAICompatibleGenerator`. 529 (overloaded) is retried, as every 5xx.
     """
 
     vendor = "Anthropic"
@@ -322,14 +297,11 @@ class AnthropicGenerator(_JsonGenerator):
         base_url: str = "https://api.anthropic.com",
         max_tokens: int = 1024,
         temperature: float = 0.0,
-        timeout_s: float = 15.0,
-        retry: RetryPolicy = GENERATOR_RETRY,
-        transport: AsyncTransport | None = None,
-        rng: Callable[[], float] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
         self.max_tokens = max_tokens
         self.temperature = temperature
-        super().__init__(model, api_key, base_url, timeout_s, retry, transport, rng)
+        super().__init__(model, api_key, base_url, options)
 
     def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": "2023-06-01"}

@@ -1,280 +1,47 @@
 """JSON over HTTP for remote providers: the only module that imports httpx.
 
-The rules (URL checks, redaction, ``Retry-After`` parsing, the retry decision)
-are plain functions that return what to do next, so a later async client can
-reuse them unchanged; only :class:`JsonClient` does I/O, synchronously.
+The rules (URL checks, redaction, ``Retry-After``, which statuses retry, the
+back-off plan) live in :mod:`._rules`; this module only moves bytes.
+:class:`JsonClient` is the synchronous client of the remote embedder, with its
+retry loop on those same rules; :class:`AsyncJsonClient` makes one attempt per
+call, and the async loop in :mod:`._loop` retries it.
 """
 
 from __future__ import annotations
 
-import email.utils
-import ipaddress
 import json
 import math
 import random
-import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import UTC
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 from urllib.parse import urlsplit
 
 import attrs
 import httpx
-import trio
 
 from .._core.errors import ConfigError, ProviderError
+from ._rules import (
+    GiveUp,
+    RetryPolicy,
+    check_base_url,
+    header_secrets,
+    is_loopback,
+    is_retryable_status,
+    plan_retry,
+    redact,
+    retry_after_s,
+    should_retry,
+)
 
 #: The transport type a test may hand to :class:`JsonClient`; re-exported so
 #: that no other module needs to import httpx for a type annotation.
 Transport = httpx.BaseTransport
 
-REDACTED = "[redacted]"
 
 #: Longest excerpt of a response body quoted in an error message.
 _EXCERPT_CHARS = 200
-
-# Patterns for credentials that may show up in bodies or exception texts even
-# when they are not the configured key (a proxy echoing another tenant's key,
-# a provider quoting the request back). Order matters: data URLs first, since
-# their base64 payload could otherwise be half-eaten by the hex rule.
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"\bdata:[\w.+\-/]*(?:;[\w.+\-]+(?:=[\w.+\-]+)?)*;base64,[A-Za-z0-9+/_\-]*=*"),
-        REDACTED,
-    ),
-    (re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]+=*"), "Bearer " + REDACTED),
-    (re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-*]{16,}"), REDACTED),
-    (re.compile(r"(?<![A-Za-z0-9])pplx-[A-Za-z0-9_\-*]{16,}"), REDACTED),
-    (re.compile(r"[0-9A-Fa-f]{32,}"), REDACTED),
-)
-
-_SECONDS = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
-_LOOPBACK_NAMES = frozenset({"localhost"})
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Hide credentials in ``text``.
-
-    Args:
-        text: a message, body excerpt or exception text.
-        secrets: values that must never appear (API keys, tokens); empty ones
-            are ignored.
-
-    Returns:
-        ``text`` with every secret, ``sk-…`` and ``pplx-…`` key, run of 32 or
-        more hex digits, bearer token and base64 ``data:`` URL replaced by
-        ``[redacted]``.
-    """
-    # Longest first, so a secret that contains another is hidden whole.
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def check_base_url(url: str) -> str:
-    """Validate a provider base URL.
-
-    Args:
-        url: an absolute ``https`` URL, or ``http`` on a loopback host
-            (``localhost``, ``127.0.0.0/8``, ``::1``) for local servers.
-
-    Returns:
-        ``url`` without trailing slashes.
-
-    Raises:
-        ConfigError: the URL breaks a rule. The message names the rule but
-            never quotes the URL, which may carry a secret.
-    """
-    if any(ch.isspace() or not ch.isprintable() for ch in url):
-        raise ConfigError("base URL must not contain whitespace or control characters")
-    # Checked on the raw text: urlsplit drops an empty "?" or "#".
-    if "?" in url:
-        raise ConfigError("base URL must not contain a query string (put keys in api_key)")
-    if "#" in url:
-        raise ConfigError("base URL must not contain a fragment")
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:
-        raise ConfigError("base URL is not a valid absolute URL") from None
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not host:
-        raise ConfigError("base URL must be an absolute http(s) URL with a host")
-    if "@" in parts.netloc:
-        raise ConfigError("base URL must not contain a user name or password (use api_key)")
-    if scheme == "http" and not _is_loopback(host):
-        raise ConfigError("base URL must use https; plain http is allowed only on a loopback host")
-    return url.rstrip("/")
-
-
-_SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
-
-
-def _header_secrets(headers: Mapping[str, str]) -> list[str]:
-    """Credential values in ``headers``, validated, for redaction."""
-    found: list[str] = []
-    for name, value in headers.items():
-        # httpx would reject these too, but with the value in its message.
-        if not value.isascii() or any(not ch.isprintable() for ch in value):
-            raise ConfigError(f"header {name!r} must be printable ASCII")
-        if name.lower() in _SENSITIVE_HEADERS:
-            found.append(value)
-            # "Bearer <token>": the token alone must be hidden as well.
-            found.append(value.split(None, 1)[-1])
-    return found
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Read a ``Retry-After`` header.
-
-    Args:
-        value: the header, either delay seconds (``"2"``, ``"1.5"``) or an
-            HTTP date; ``None`` when absent.
-        now: the current time as a POSIX timestamp, to turn a date into a delay.
-
-    Returns:
-        The delay in seconds, clamped at 0 for negative values and dates in the
-        past, or ``None`` when the header is absent or unreadable.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if _SECONDS.fullmatch(value):
-        seconds = float(value)
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:
-        # RFC 9110 dates are always GMT; "-0000" parses as naive.
-        when = when.replace(tzinfo=UTC)
-    try:
-        return max(0.0, when.timestamp() - now)
-    except (OverflowError, ValueError):
-        return None
-
-
-def _number(
-    *, minimum: float, exclusive: bool = False, maximum: float | None = None, integer: bool = False
-) -> Callable[[object, attrs.Attribute[Any], object], None]:
-    """An attrs validator raising ConfigError (the attrs ones raise bare ValueError)."""
-
-    def check(_instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or (integer and not isinstance(value, int))
-        ):
-            kind = "an integer" if integer else "a number"
-            raise ConfigError(f"{attribute.name} must be {kind}, got {type(value).__name__}")
-        number = float(value)
-        too_small = number <= minimum if exclusive else number < minimum
-        if not math.isfinite(number) or too_small or (maximum is not None and number > maximum):
-            bound = f"{'>' if exclusive else '>='} {minimum:g}"
-            if maximum is not None:
-                bound += f" and <= {maximum:g}"
-            raise ConfigError(f"{attribute.name} must be {bound}, got {value!r}")
-
-    return check
-
-
-def is_retryable_status(status: int) -> bool:
-    """Whether an HTTP status is worth retrying: 429 and 5xx, nothing else."""
-    return status == 429 or 500 <= status <= 599
-
-
-@attrs.frozen(kw_only=True)
-class RetryPolicy:
-    """How :class:`JsonClient` retries 429, 5xx, timeouts and connection errors.
-
-    Attributes:
-        retries: attempts after the first one.
-        backoff_s: delay before the first retry; doubled for each later one.
-        max_backoff_s: ceiling on a single back-off delay.
-        jitter: fraction of each delay that is randomised: the delay is drawn
-            from ``[(1 - jitter) * d, d]`` so that clients do not retry in step.
-    """
-
-    retries: int = attrs.field(default=1, validator=_number(minimum=0, integer=True))
-    backoff_s: float = attrs.field(default=0.5, validator=_number(minimum=0))
-    max_backoff_s: float = attrs.field(default=8.0, validator=_number(minimum=0))
-    jitter: float = attrs.field(default=0.5, validator=_number(minimum=0, maximum=1))
-
-    def backoff(self, failures: int, draw: float) -> float:
-        """The delay after ``failures`` failed attempts, given a uniform ``draw`` in [0, 1)."""
-        base = min(self.max_backoff_s, self.backoff_s * 2.0 ** max(0, failures - 1))
-        return base * (1.0 - self.jitter * draw)
-
-
-@attrs.frozen
-class Retry:
-    """Wait ``delay_s`` and try again."""
-
-    delay_s: float
-
-
-@attrs.frozen
-class GiveUp:
-    """Stop; ``reason`` says why, for the error message."""
-
-    reason: str
-
-
-def plan_retry(
-    policy: RetryPolicy,
-    *,
-    failures: int,
-    retry_after_s: float | None,
-    remaining_s: float,
-    draw: float,
-) -> Retry | GiveUp:
-    """Decide what follows a retryable failure.
-
-    Args:
-        policy: the retry policy.
-        failures: failed attempts so far, this one included (at least 1).
-        retry_after_s: the server's ``Retry-After``, if it sent a readable one.
-        remaining_s: what is left of the caller's deadline.
-        draw: a uniform number in [0, 1) for the jitter.
-
-    Returns:
-        :class:`Retry` with the delay, or :class:`GiveUp` with the reason.
-        A ``Retry-After`` is honoured exactly, without jitter, but only when the
-        retry could still start before the deadline; otherwise waiting would be
-        pointless, and the caller should learn at once.
-    """
-    if failures > policy.retries:
-        attempts = "attempt" if failures == 1 else "attempts"
-        return GiveUp(f"gave up after {failures} {attempts}")
-    if retry_after_s is not None:
-        if retry_after_s >= remaining_s:
-            return GiveUp(
-                f"Retry-After asks for {retry_after_s:.3g} s but only"
-                f" {max(0.0, remaining_s):.3g} s of the deadline remain"
-            )
-        return Retry(retry_after_s)
-    delay = policy.backoff(failures, draw)
-    if delay >= remaining_s:
-        return GiveUp(
-            f"back-off of {delay:.3g} s would overrun the deadline"
-            f" ({max(0.0, remaining_s):.3g} s remain)"
-        )
-    return Retry(delay)
 
 
 @attrs.frozen
@@ -335,7 +102,7 @@ class JsonClient:
     ) -> None:
         self._base_url = check_base_url(base_url)
         headers = dict(headers or {})
-        self._secrets = tuple({*secrets, *_header_secrets(headers)} - {""})
+        self._secrets = tuple({*secrets, *header_secrets(headers)} - {""})
         for name, value in (
             ("connect_timeout_s", connect_timeout_s),
             ("read_timeout_s", read_timeout_s),
@@ -366,7 +133,7 @@ class JsonClient:
             follow_redirects=False,
             # Proxy variables make no sense for a server on this machine and
             # would send local traffic (and keys) elsewhere.
-            trust_env=not _is_loopback(host),
+            trust_env=not is_loopback(host),
         )
 
     def close(self) -> None:
@@ -461,7 +228,7 @@ class JsonClient:
                 timeout=timeout,
             ) as response:
                 status = response.status_code
-                retry_after = response.headers.get("Retry-After")
+                headers = {k.lower(): v for k, v in response.headers.items()}
                 body = self._read_body(response, deadline, what)
         except httpx.TimeoutException as exc:
             return _Failure(
@@ -518,9 +285,9 @@ class JsonClient:
                 status,
             )
             return _Failure(message, status, False)
-        if is_retryable_status(status):
+        if should_retry(headers, is_retryable_status(status)):
             return _Failure(
-                message, status, True, retry_after_s=parse_retry_after(retry_after, time.time())
+                message, status, True, retry_after_s=retry_after_s(headers, time.time())
             )
         return _Failure(message, status, False)
 
@@ -642,7 +409,7 @@ class AsyncJsonClient:
     ) -> None:
         self.base_url = check_base_url(base_url)
         headers = dict(headers or {})
-        self.secrets = tuple({*secrets, *_header_secrets(headers)} - {""})
+        self.secrets = tuple({*secrets, *header_secrets(headers)} - {""})
         if max_response_bytes < 1:
             raise ConfigError(f"max_response_bytes must be positive, got {max_response_bytes!r}")
         self._max_response_bytes = max_response_bytes
@@ -654,7 +421,7 @@ class AsyncJsonClient:
             headers={"Accept": "application/json", **headers},
             transport=transport,
             follow_redirects=False,
-            trust_env=not _is_loopback(parts.hostname or ""),
+            trust_env=not is_loopback(parts.hostname or ""),
             # The caller's cancel scope is the deadline.
             timeout=None,
         )
@@ -711,42 +478,3 @@ class AsyncJsonClient:
                     f" ({type(exc).__name__}: {exc})"
                 )
             ) from None
-
-
-#: One async attempt: the 2xx reply, or the error and the server's ``Retry-After``.
-Attempt = Callable[[], Awaitable[Reply | tuple[ProviderError, float | None]]]
-
-
-async def retry_attempts(
-    attempt: Attempt,
-    *,
-    policy: RetryPolicy,
-    deadline: float,
-    rng: Callable[[], float],
-    give_up: Callable[[ProviderError, str], ProviderError],
-) -> Reply:
-    """Run ``attempt`` until it returns a reply, under ``policy`` and a trio ``deadline``.
-
-    A non-retryable error is raised as it is; when :func:`plan_retry` gives up, the error
-    ``give_up(last_error, reason)`` makes is raised. Callers bound the whole run (or each
-    attempt) with their own cancel scope.
-    """
-    failures = 0
-    while True:
-        outcome = await attempt()
-        if isinstance(outcome, Reply):
-            return outcome
-        error, retry_after = outcome
-        if not error.retryable:
-            raise error
-        failures += 1
-        plan = plan_retry(
-            policy,
-            failures=failures,
-            retry_after_s=retry_after,
-            remaining_s=deadline - trio.current_time(),
-            draw=rng(),
-        )
-        if isinstance(plan, GiveUp):
-            raise give_up(error, plan.reason)
-        await trio.sleep(plan.delay_s)

@@ -20,7 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core.errors import ConfigError, ProviderError
-from ._http import JsonClient, RetryPolicy, Transport, _number, check_base_url
+from ._http import JsonClient, Transport
+from ._rules import RetryPolicy, check_base_url
+from ._rules import number_check as _number
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

@@ -22,8 +22,7 @@ from .._core.decision import (
 from .._core.decision_limits import check_request
 from .._core.decision_wire import logger
 from .._core.errors import DecisionError
-from ._decision_loop import HttpDecider, Kind
-from ._openai_decisions import state_text
+from ._decision_loop import HttpDecider, Kind, state_text
 
 
 @attrs.frozen
@@ -78,9 +77,22 @@ class PerQuestionDecider(HttpDecider):
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         """Answer ``request`` with one call per question.
 
+        Args:
+            request: the state and questions; ``timeout_s`` bounds all the calls.
+
+        Returns:
+            The answers that came; a question whose call failed (when others
+            succeeded) or whose reply was unreadable is missing.
+
         Raises:
             DecisionError: with ``kind`` and ``retryable``; keyless, latched,
-                over-limit and unsupported requests fail before any network call.
+                over-limit and unsupported requests fail before any network call;
+                an authentication failure, or every call failing, is raised.
+
+        **Cancellation:** every call runs inside the request's one deadline;
+        a caller's cancel scope still cancels them all.
+
+        **Fail-open:** partial: a failed call costs only its own question.
         """
         self._check_credentials()
         model = self._model_for(request)

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias, TypeGuard
 import attrs
 
 from .errors import ConfigError
+from .outcome import Outcome
 from .validators import is_number, rule
 
 #: A JSON value: what a state, a criterion or a legend may hold.
@@ -178,14 +179,17 @@ class DecisionRequest:
         return attrs.evolve(self, questions=questions)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Usage:
+    """Tokens a provider read and wrote."""
+
     input_tokens: int = 0
     output_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
         )
 
 
@@ -224,7 +228,7 @@ def read_boolean(answers: Mapping[str, Answer], key: str) -> float | None:
     return answer.probability if isinstance(answer, BooleanAnswer) else None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ChoiceReading:
     """A choice answer with ``ranked``: (option, probability), most likely first."""
 
@@ -240,7 +244,12 @@ def read_choice(answers: Mapping[str, Answer], key: str) -> ChoiceReading | None
     if not isinstance(answer, ChoiceAnswer):
         return None
     ranked = tuple(sorted(answer.probabilities.items(), key=lambda item: -item[1]))
-    return ChoiceReading(answer.choice, answer.confidence, answer.probabilities, ranked)
+    return ChoiceReading(
+        choice=answer.choice,
+        confidence=answer.confidence,
+        probabilities=answer.probabilities,
+        ranked=ranked,
+    )
 
 
 def read_score(answers: Mapping[str, Answer], key: str) -> ScoreAnswer | None:
@@ -316,3 +325,20 @@ def merge_results(results: Sequence[DecisionResult]) -> DecisionResult:
         upstream_ms=max(upstream) if upstream else None,
         media_bytes=sum(r.media_bytes for r in results),
     )
+
+
+def reply_outcome(asked: int, answered: int) -> Outcome:
+    """The one rule for how a decision reply went, used by routing and the engine's events.
+
+    Every question answered is ``applied``; some but not all (a failed batch, a
+    missing, malformed or out-of-range answer) is ``degraded``; none is
+    ``failed_open``. The reason to go with it is :func:`answered_reason`.
+    """
+    if answered <= 0:
+        return Outcome.FAILED_OPEN
+    return Outcome.APPLIED if answered >= asked else Outcome.DEGRADED
+
+
+def answered_reason(asked: int, answered: int) -> str:
+    """``"5 of 6 answered"``: how much of a decision reply could be used."""
+    return f"{answered} of {asked} answered"

@@ -150,6 +150,34 @@ def estimate_state_tokens(state: JSON, limits: DecisionLimits) -> int:
     )
 
 
+def check_state(state: JSON, *, vendor: str) -> None:
+    """Refuse a state no vendor can be sent: it must be JSON, without NaN or infinity.
+
+    Raises:
+        DecisionError: ``invalid_request``, saying what was found; the caller's
+            mistake, so it is raised before any network call and never retried.
+    """
+    if isinstance(state, str):
+        return
+    try:
+        json.dumps(state, allow_nan=False)
+    except ValueError as exc:
+        # Out-of-range floats and circular references both land here.
+        found = str(exc)
+        if "out of range float" in found.lower():
+            found = "NaN or an infinite number"
+        raise DecisionError(
+            DecisionErrorKind.INVALID_REQUEST,
+            f"{vendor} needs the state as JSON; it holds {found}. Replace it with a finite"
+            " number, null or a string.",
+        ) from None
+    except (TypeError, RecursionError) as exc:
+        raise DecisionError(
+            DecisionErrorKind.INVALID_REQUEST,
+            f"{vendor} needs the state as JSON; it is not ({type(exc).__name__}: {exc}).",
+        ) from None
+
+
 def check_request(
     request: DecisionRequest, limits: DecisionLimits, *, vendor: str, model: str
 ) -> int:
@@ -159,12 +187,14 @@ def check_request(
         The estimated state tokens (the default timeout grows with them).
 
     Raises:
-        DecisionError: ``invalid_request`` without questions; ``max_tokens_exceeded``
+        DecisionError: ``invalid_request`` without questions or with a state that
+            is not JSON (NaN, infinity, a non-JSON object); ``max_tokens_exceeded``
             over the question cap or the state window (never retryable).
     """
     count = len(request.questions)
     if count == 0:
         raise DecisionError(DecisionErrorKind.INVALID_REQUEST, "At least one question is required.")
+    check_state(request.state, vendor=vendor)
     limits = limits.for_model(model)
     tokens = estimate_state_tokens(request.state, limits)
     if limits.advisory:

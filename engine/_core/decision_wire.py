@@ -36,6 +36,10 @@ class MalformedAnswer(ValueError):
     """An answer that does not have the shape its question asks for."""
 
 
+class Misaligned(ValueError):
+    """A reply whose answers cannot be matched to the questions asked with certainty."""
+
+
 @attrs.frozen
 class _Choice:
     choice: str
@@ -146,9 +150,18 @@ def read_answers(
 ) -> dict[str, Answer]:
     """The well-formed answers to ``questions``, in question order.
 
-    Answers to ids that were not asked are ignored; malformed ones are dropped
-    with a warning on the ``toolroute.decision`` logger.
+    Malformed answers are dropped with a warning on the ``toolroute.decision``
+    logger; a missing one leaves its question unanswered.
+
+    Raises:
+        Misaligned: an answer is filed under an id that was not asked. The
+            vendor renamed or shifted the ids, so no answer of the reply can be
+            trusted to belong to the question its id names.
     """
+    stray = [key for key in raw_answers if key not in questions]
+    if stray:
+        shown = ", ".join(repr(k[:40]) for k in stray[:5]) + (" …" if len(stray) > 5 else "")
+        raise Misaligned(f"{len(stray)} answers under ids that were not asked: {shown}")
     answers: dict[str, Answer] = {}
     for key, question in questions.items():
         if key not in raw_answers:
@@ -179,4 +192,7 @@ def read_usage(raw: object) -> Usage:
                 return int(value)
         return 0
 
-    return Usage(count("input_tokens", "inputTokens"), count("output_tokens", "outputTokens"))
+    return Usage(
+        input_tokens=count("input_tokens", "inputTokens"),
+        output_tokens=count("output_tokens", "outputTokens"),
+    )

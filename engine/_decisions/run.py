@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
 
-from .._core.decision import DecisionRequest, DecisionResult, merge_results, split_questions
+from .._core.decision import (
+    DecisionRequest,
+    DecisionResult,
+    answered_reason,
+    merge_results,
+    reply_outcome,
+    split_questions,
+)
 from .._core.errors import DecisionError, DecisionErrorKind
+from .._core.outcome import Outcome
 
 if TYPE_CHECKING:
     from .._core.protocols import Decider
@@ -30,12 +39,29 @@ def _resolve(provider: Decider | None) -> Decider | None:
 
 
 async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:
-    """Send ``request`` to ``provider`` (the environment's default when ``None``) as one call.
+    """Send ``request`` to ``provider`` as one call, strictly.
+
+    Args:
+        request: the state and the questions; ``timeout_s`` bounds the call.
+        provider: the decision provider; the environment's default when ``None``.
+
+    Returns:
+        The provider's answers under the request's question ids. A malformed answer is
+        missing from ``answers`` (and logged), never fatal.
 
     Raises:
-        DecisionError: and nothing else. A request over the provider's caps is
-            refused before any network call; no configured provider is
-            ``invalid_request``.
+        DecisionError: and nothing else, with ``kind`` and ``retryable``. A request over
+            the provider's caps, with a state that is not JSON (NaN, infinity), or with
+            no provider configured is refused (``invalid_request`` or
+            ``max_tokens_exceeded``) before any network call; a reply that cannot be
+            matched to the questions with certainty is ``server``. A custom provider's
+            other exceptions are wrapped as ``server``.
+
+    **Cancellation:** the provider's deadline (the request's ``timeout_s``, else its
+    default) covers retries and waits; a caller's cancel scope still cancels it.
+
+    **Fail-open:** none: this is the strict call. Use :func:`try_decide` to carry on
+    without answers when the provider fails.
     """
     decider = _resolve(provider)
     if decider is None:
@@ -58,14 +84,31 @@ async def decide(request: DecisionRequest, *, provider: Decider | None = None) -
         ) from exc
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BatchReport:
-    """How a batched call went: the merged result (``None`` when nothing came back) and why."""
+    """How a batched call went.
+
+    Attributes:
+        result: the merged result; ``None`` when nothing usable came back.
+        batches: batches sent.
+        failed: batches that failed or were late.
+        reason: what went wrong, with ``"k of n answered"`` first when not
+            every question was answered.
+        asked: questions asked.
+        answered: well-formed answers received.
+    """
 
     result: DecisionResult | None
     batches: int
     failed: int
     reason: str
+    asked: int = 0
+    answered: int = 0
+
+    @property
+    def outcome(self) -> Outcome:
+        """``applied``, ``degraded`` or ``failed_open``, by :func:`reply_outcome`."""
+        return reply_outcome(self.asked, self.answered)
 
 
 async def decide_in_batches(
@@ -83,8 +126,33 @@ async def decide_in_batches(
     one after another, as NeuroLink does, and exists for comparison. A failed
     or late batch loses only its own answers. Never raises ``DecisionError``.
     """
+    return await decide_parts(
+        [request], provider, limiter=limiter, schedule=schedule, deadline_s=deadline_s
+    )
+
+
+async def decide_parts(
+    parts: Sequence[DecisionRequest],
+    provider: Decider,
+    *,
+    limiter: trio.CapacityLimiter | None = None,
+    schedule: Literal["sliding", "grouped"] = "sliding",
+    deadline_s: float | None = None,
+) -> BatchReport:
+    """Run the parts of one request (each with its own state), each cut into batches.
+
+    A caller splits its state into ``parts`` when the whole would not fit the
+    provider's window (routing lists a share of the servers in each); question
+    ids must be distinct across parts. Batches of every part share the sliding
+    window, the deadline and the report, as :func:`decide_in_batches` runs them.
+    """
     limiter = limiter or trio.CapacityLimiter(DEFAULT_CONCURRENCY)
-    chunks = split_questions(request.questions, provider.limits.max_questions)
+    requests = [
+        part.with_questions(chunk)
+        for part in parts
+        for chunk in split_questions(part.questions, provider.limits.max_questions)
+    ]
+    chunks = [r.questions for r in requests]
     results: list[DecisionResult | None] = [None] * len(chunks)
     errors: list[str] = []
 
@@ -94,9 +162,7 @@ async def decide_in_batches(
         async with limiter:
             task_status.started()
             try:
-                results[index] = await decide(
-                    request.with_questions(chunks[index]), provider=provider
-                )
+                results[index] = await decide(requests[index], provider=provider)
             except DecisionError as exc:
                 errors.append(f"batch {index + 1}/{len(chunks)}: {exc.kind}: {exc}")
                 logger.warning("decision %s", errors[-1])
@@ -123,7 +189,18 @@ async def decide_in_batches(
     if merged is not None and not merged.answers:
         # Answers that were all malformed tell the caller as little as no answer.
         merged, reason = None, reason or "no well-formed answers"
-    return BatchReport(merged, len(chunks), failed, reason)
+    asked = sum(len(chunk) for chunk in chunks)
+    answered = len(merged.answers) if merged is not None else 0
+    if 0 < answered < asked:
+        reason = "; ".join(filter(None, [answered_reason(asked, answered), reason]))
+    return BatchReport(
+        result=merged,
+        batches=len(chunks),
+        failed=failed,
+        reason=reason,
+        asked=asked,
+        answered=answered,
+    )
 
 
 async def try_decide(
@@ -140,10 +217,26 @@ async def try_decide(
     window of ``concurrency``; their results merge (answers in order, usage
     summed, latency the maximum, request ids joined with ``,``).
 
+    Args:
+        request: the state and the questions.
+        provider: the decision provider; the environment's default when ``None``.
+        concurrency: batches in flight at once, at least 1.
+        deadline_s: budget of the whole call; late batches lose their answers.
+
     Returns:
         The merged result, or ``None`` when no provider is configured, every
         batch failed, or the deadline passed before any batch answered — all
-        of which mean "carry on as before". Never raises for a provider failure.
+        of which mean "carry on as before".
+
+    Raises:
+        ValueError: ``concurrency`` below 1 (the caller's mistake).
+
+    **Cancellation:** ends by ``deadline_s`` (``None`` when nothing answered in
+    time); a caller's cancel scope still cancels it.
+
+    **Fail-open:** a failed, late or misaligned batch costs only its own answers;
+    a provider failure is never raised. A partial result carries the answers that
+    came; the questions missing from it are unanswered.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")

@@ -10,170 +10,36 @@ judgement; anything that fails keeps every server.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 import trio
 
-from .._core.catalog import QUALIFIER, Catalog, Server
-from .._core.conversation import read_turns
-from .._core.decision import (
-    BooleanGate,
-    BooleanQuestion,
-    DecisionRequest,
-    decision_key,
-    gate_boolean,
-    read_boolean,
-)
+from .._core.catalog import Catalog, Server
+from .._core.decision import BooleanGate, decision_key, gate_boolean, read_boolean, reply_outcome
 from .._core.errors import ConfigError
 from .._core.keyword import KeywordIndex
 from .._core.outcome import Outcome
-from .._core.routing_config import RoutingConfig as RoutingConfig
-from .._core.routing_config import Wording
 from .._core.text import tokenize
-from .._decisions.run import decide_in_batches
+from .._decisions.run import decide_parts
 from .generative import pick_servers
+from .questions import DESCRIBE_TOOLS as DESCRIBE_TOOLS
+from .questions import Candidate as Candidate
+from .questions import Floats, Strategy
+from .questions import RoutingConfig as RoutingConfig
+from .questions import RoutingOutcome as RoutingOutcome
+from .questions import describe as describe
+from .questions import does as does
+from .questions import routing_parts as routing_parts
+from .questions import routing_query as routing_query
+from .questions import routing_request as routing_request
+from .questions import server_question as server_question
 
 if TYPE_CHECKING:
     from .._core.protocols import Decider, Embedder, Generator
 
-Strategy: TypeAlias = Literal["none", "embedding", "decision", "generative"]
-Floats: TypeAlias = "npt.NDArray[np.float64]"
-
-#: Tool names listed by ``describe`` for a server without a description.
-DESCRIBE_TOOLS = 12
-
-
-@attrs.frozen(kw_only=True)
-class RoutingOutcome:
-    """Which servers a request needs, and how that was decided.
-
-    Attributes:
-        selected: server ids kept, in input order (always-include ones included).
-        excluded: server ids dropped, in input order.
-        excluded_tools: tool ids of the excluded servers; with granularity ``tool`` on the
-            embedding fast-path, every tool outside the top K.
-        strategy: the stage that produced the result (or was running when it failed).
-        answered: decision answers read (boolean answers under the asked keys).
-        hallucinated: ids the generative router named that are not in the call.
-        routable: servers a router could judge (all minus always-include).
-        model: the decision model that answered, when one did.
-        cache_hit: set by the engine's routing cache; always false here.
-    """
-
-    selected: tuple[str, ...]
-    excluded: tuple[str, ...]
-    excluded_tools: tuple[str, ...]
-    strategy: Strategy
-    outcome: Outcome
-    reason: str
-    latency_ms: float
-    answered: int = 0
-    hallucinated: tuple[str, ...] = ()
-    routable: int = 0
-    model: str | None = None
-    cache_hit: bool = False
-
-
 _DEFAULT = RoutingConfig()
-
-
-def routing_query(
-    query_or_messages: str | Sequence[Mapping[str, Any]], *, config: RoutingConfig = _DEFAULT
-) -> str:
-    """The text to route on.
-
-    A string is used as is. A message list (OpenAI or Anthropic style) becomes
-    ``"role: text"`` lines: the last ``history_turns`` user/assistant turns with text before
-    the last user request, then that request; turns after it (the agent's own steps) do
-    not change what the request needs. The tail ``max_query_chars`` characters are kept.
-
-    Raises:
-        ConfigError: the messages are malformed.
-    """
-    if isinstance(query_or_messages, str):
-        return query_or_messages
-    turns = [
-        t
-        for t in read_turns(query_or_messages)
-        if t.role in ("user", "assistant") and t.text and not t.is_tool_result
-    ]
-    last = max((i for i, t in enumerate(turns) if t.role == "user"), default=None)
-    if last is None:
-        return ""
-    history = turns[max(0, last - config.history_turns) : last] if config.history_turns else []
-    text = "\n".join(f"{t.role}: {t.text}" for t in [*history, turns[last]])
-    return text[-config.max_query_chars :]
-
-
-def _short_name(server_id: str, name: str) -> str:
-    for prefix in (server_id + QUALIFIER, server_id + "_"):
-        if name.startswith(prefix) and len(name) > len(prefix):
-            return name[len(prefix) :]
-    return name
-
-
-def describe(server: Server, tool_names: Sequence[str] | None = None) -> str:
-    """What a server is for: its description; else its tool names (``<id>_`` prefix
-    removed, the first 12); else ``the "<id>" server``. ``tool_names`` default to its ids."""
-    if server.description.strip():
-        return server.description.strip()
-    names = server.tool_ids if tool_names is None else tool_names
-    if names:
-        shown = ", ".join(_short_name(server.id, n) for n in names[:DESCRIBE_TOOLS])
-        return f"provides the tools: {shown}"
-    return f'the "{server.id}" server'
-
-
-def does(server: Server, tool_names: Sequence[str] | None = None) -> str:
-    """``describe`` with its first character lower-cased, to follow "which can"."""
-    text = describe(server, tool_names)
-    return text[:1].lower() + text[1:]
-
-
-@attrs.frozen
-class Candidate:
-    """A server offered to a router, with its tools' names (parallel to ``tool_ids``)."""
-
-    server: Server
-    names: tuple[str, ...]
-
-
-def server_question(candidate: Candidate, index: int, wording: Wording) -> BooleanQuestion:
-    """The boolean question for the server at ``index`` of ``available_servers``."""
-    id_ = candidate.server.id
-    if wording == "compact":
-        return BooleanQuestion(
-            f'Does the request need the "{id_}" server? Read available_servers[{index}].does.',
-            true="Needed.",
-            false="Not needed.",
-        )
-    text = does(candidate.server, candidate.names)
-    return BooleanQuestion(
-        f'The request needs the "{id_}" server, which can {text}.',
-        true=f"Carrying out the request involves {text}.",
-        false=f"The request is about something else; nothing it asks for involves {text}.",
-    )
-
-
-def routing_request(
-    query: str, entries: Sequence[Candidate], config: RoutingConfig
-) -> DecisionRequest:
-    """One question per entry, keyed ``server__<i>``; the state lists the servers in order."""
-    state = {
-        "request": query[: config.max_query_chars],
-        "available_servers": [
-            {"name": e.server.id, "does": does(e.server, e.names), "tool_count": len(e.names)}
-            for e in entries
-        ],
-    }
-    questions = {
-        decision_key("server", i): server_question(e, i, config.wording)
-        for i, e in enumerate(entries)
-    }
-    return DecisionRequest(state=state, questions=questions, timeout_s=config.decision_deadline_s)
 
 
 @attrs.frozen
@@ -197,9 +63,12 @@ async def _by_decision(
 ) -> _Verdict | str:
     """The decision router's verdict, or why it could not give one."""
     try:
-        request = routing_request(query, asked, config)
-        report = await decide_in_batches(
-            request, decider, limiter=limiter, deadline_s=config.decision_deadline_s
+        model = getattr(decider, "model", None)
+        parts = routing_parts(
+            query, asked, config, decider.limits, model if isinstance(model, str) else None
+        )
+        report = await decide_parts(
+            parts, decider, limiter=limiter, deadline_s=config.decision_deadline_s
         )
     except Exception as exc:  # a broken decider is "no decision", never an error
         return f"decision: error: {type(exc).__name__}: {exc}"
@@ -219,7 +88,8 @@ async def _by_decision(
     if report.failed:
         reason += f"; {report.failed} of {report.batches} batches failed: {report.reason}"
     model = report.result.model if report.result is not None else None
-    outcome = Outcome.DEGRADED if report.failed else Outcome.APPLIED
+    # One rule with the engine's decision.finished: anything short of every answer is degraded.
+    outcome = reply_outcome(len(asked), answered)
     return _Verdict("decision", outcome, reason, dropped, answered=answered, model=model)
 
 
@@ -312,28 +182,41 @@ async def route_servers(
     config: RoutingConfig = _DEFAULT,
     limiter: trio.CapacityLimiter | None = None,
 ) -> RoutingOutcome:
-    """Which servers ``query`` needs.
+    """Which servers ``query`` needs; a server is dropped only on a confident judgement.
 
     Args:
         query: the request, or a message list (see :func:`routing_query`).
         servers: ``Server`` objects, or a ``Catalog`` (its servers; tools without a server
             are not routed).
-        decider: asks one boolean question per server (the first ``max_servers``).
+        decider: asks one boolean question per server (the first ``max_servers``). When
+            the list of servers would not fit the provider's state window, the servers are
+            split across requests whose states each fit.
         generator: the fallback router, used only when no decision came back.
         embedder: the fast-path's embedder, used when ``config.embedding`` is on.
+        config: stages, gates and deadlines (:class:`RoutingConfig`).
         limiter: bounds the decision batches in flight (shared across calls).
 
     Returns:
-        The kept and excluded servers; ``skipped`` for an empty query or fewer than two
-        routable servers, ``failed_open`` (nothing excluded) when no router could judge.
+        The kept and excluded servers with ``outcome`` and ``reason``: ``applied`` when
+        every server asked was judged; ``degraded`` when only some were (the reason says
+        ``"k of n answered"``; the unanswered ones are kept); ``skipped`` for an empty
+        query or fewer than two routable servers; ``failed_open`` (nothing excluded) when
+        no router could judge.
 
     Raises:
         ConfigError: malformed servers or messages, or ``always_include`` naming an
             unknown server. Provider failures are never raised.
 
-    Cancellation:
-        The whole call ends by ``config.deadline_s`` (``failed_open``, reason
-        ``deadline``); each stage has its own budget. A caller's cancel scope still cancels it.
+    **Cancellation:** the whole call ends by ``config.deadline_s`` (``failed_open``,
+    reason ``deadline``); each stage has its own budget inside it. A caller's cancel
+    scope still cancels it at any await.
+
+    **Fail-open:** a failed, late or unreadable stage keeps every server it was asked
+    about and hands over to the next stage (decision → generative). A reply whose
+    answers cannot be matched to their questions with certainty (a different count, an
+    id or name that differs from the one sent) is treated as no reply; an unanswered,
+    malformed or near coin-flip answer keeps its server. A caller's mistake (bad servers,
+    bad messages) is raised, never failed open.
     """
     started = trio.current_time()
     entries = _entries(servers)

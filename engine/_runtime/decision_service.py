@@ -17,7 +17,7 @@ import trio
 
 from .._core.catalog import Catalog, Server
 from .._core.config import EngineConfig
-from .._core.decision import DecisionRequest, DecisionResult
+from .._core.decision import DecisionRequest, DecisionResult, reply_outcome
 from .._core.errors import DecisionError, DecisionErrorKind
 from .._core.events import DecisionFinished, Event, FailOpen, RoutingFinished, query_hash
 from .._core.outcome import Outcome
@@ -98,12 +98,7 @@ class DecisionService:
         reason: str,
     ) -> None:
         answered = len(result.answers) if result else 0
-        if result is None:
-            outcome = Outcome.FAILED_OPEN
-        elif answered < len(request.questions):
-            outcome = Outcome.DEGRADED
-        else:
-            outcome = Outcome.APPLIED
+        outcome = reply_outcome(len(request.questions), answered)  # the rule routing uses too
         self._publish(
             DecisionFinished(
                 provider=decider.name,

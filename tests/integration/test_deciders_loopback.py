@@ -61,7 +61,9 @@ from toolroute.providers import (
 )
 
 #: The key every decider sends and every server accepts; generated, so a leak is unmistakable.
-API_KEY = "sk-" + secrets.token_hex(20)
+# No generic credential shape (not sk-..., no long hex run): only configured-key
+# redaction can hide it, so a leak shows up in these tests.
+API_KEY = "tr." + secrets.token_urlsafe(24)
 #: The System One family: a question map in, an answer map out.
 MAP_VENDORS = ("typesafe", "typesafe_gateway", "laya", "xor", "perplexity", "clef")
 #: No retries: a retryable fault is seen exactly once.
@@ -486,7 +488,7 @@ async def test_route_servers_against_a_loopback_typesafe() -> None:
     with serve_vendor("typesafe", api_key=API_KEY) as server:
         server.answer = answer
         async with opened("typesafe", server) as decider:
-            outcome = await route_servers(
+            routing = await route_servers(
                 "Refund the duplicate charge and tell the customer on Slack.",
                 servers,
                 decider=decider,
@@ -494,10 +496,10 @@ async def test_route_servers_against_a_loopback_typesafe() -> None:
             )
     (received,) = server.requests
     assert list(received.body["questions"]) == [f"server__{i}" for i in range(5)]
-    assert outcome.outcome is Outcome.APPLIED
-    assert outcome.strategy == "decision"
-    assert set(outcome.excluded) == unneeded
-    assert outcome.selected == ("github", "slack", "billing")
-    assert set(outcome.excluded_tools) == {"weather_now", "calendar_add"}
-    assert outcome.answered == 5
-    assert outcome.model == "jev-1.13.0"
+    assert routing.outcome is Outcome.APPLIED
+    assert routing.strategy == "decision"
+    assert set(routing.excluded) == unneeded
+    assert routing.selected == ("github", "slack", "billing")
+    assert set(routing.excluded_tools) == {"weather_now", "calendar_add"}
+    assert routing.answered == 5
+    assert routing.model == "jev-1.13.0"

@@ -9,12 +9,14 @@ fixtures' (see ``test_deciders_loopback.py``, whose helpers are used here).
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from typing import Any
 
+import attrs
 import pytest
 import trio
-from loopback.decision_vendors import FIXTURE_VENDORS, AnswerValue, Asked, Fault, serve_vendor
+from loopback.decision_vendors import FIXTURE_VENDORS, Fault, serve_vendor
 from test_deciders_loopback import (
     API_KEY,
     FAST_RETRY,
@@ -26,7 +28,6 @@ from test_deciders_loopback import (
 )
 
 from toolroute import DecisionError
-from toolroute.decisions import BooleanAnswer
 
 #: The vendors whose questions and answers are all addressed by id or position in one call.
 TYPED_VENDORS = (*MAP_VENDORS, "openai_decisions")
@@ -123,6 +124,41 @@ async def test_overloaded_is_retried_then_succeeds(vendor: str, status: int) -> 
             result = await decider.decide(fixture_request(vendor))
     assert len(server.requests) == 2
     assert set(result.answers) == set(fixture_request(vendor).questions)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "kind"),
+    [
+        # wire-formats.md maps 529 to overloaded for TypeSafe (§1; the gateway falls back to it).
+        ("typesafe", "overloaded"),
+        ("laya", "server"),
+        ("xor", "server"),
+        ("perplexity", "server"),
+        ("clef", "server"),
+        ("openai_decisions", "server"),
+        ("scaledown", "server"),
+    ],
+)
+async def test_529_is_overloaded_only_where_the_vendor_says_so(vendor: str, kind: str) -> None:
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        server.fault = Fault.error(529)
+        async with opened(vendor, server, retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert (error.kind, error.retryable, error.status) == (kind, True, 529)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
+async def test_a_non_finite_number_in_the_state_is_refused_before_any_request(
+    vendor: str, bad: float
+) -> None:
+    request = attrs.evolve(fixture_request(vendor), state={"amount": bad, "text": "refund"})
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        async with opened(vendor, server) as decider:
+            error = await failure(decider, request)
+    assert (error.kind, error.retryable) == ("invalid_request", False)
+    assert "NaN or an infinite number" in str(error)
+    assert server.requests == []
 
 
 @pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
@@ -256,42 +292,57 @@ async def test_a_wrongly_typed_answer_is_dropped_and_the_others_kept(
 @pytest.mark.parametrize("vendor", TYPED_VENDORS)
 async def test_a_missing_answer_is_missing(vendor: str) -> None:
     request = fixture_request(vendor)
-    # OpenAI Decisions matches by position, so only a missing *last* answer is clean.
-    gone = list(request.questions)[-1] if vendor == "openai_decisions" else "team"
     with serve_vendor(vendor, api_key=API_KEY) as server:
-        server.fault = Fault.drop(gone)
+        server.fault = Fault.drop("team")
         async with opened(vendor, server) as decider:
+            if vendor == "openai_decisions":
+                # Positional answers, one short: which one is missing cannot be known.
+                error = await failure(decider, request)
+                assert error.kind == "server"
+                assert "cannot be matched" in str(error)
+                return
             result = await decider.decide(request)
-    assert set(result.answers) == set(request.questions) - {gone}
+    assert set(result.answers) == set(request.questions) - {"team"}
 
 
 @pytest.mark.parametrize("vendor", MAP_VENDORS)
-async def test_answers_under_other_ids_are_ignored(vendor: str) -> None:
+async def test_answers_under_other_ids_are_no_reply(vendor: str) -> None:
     with serve_vendor(vendor, api_key=API_KEY) as server:
         server.fault = Fault.rename()
-        async with opened(vendor, server) as decider:
-            result = await decider.decide(fixture_request(vendor))
-    assert dict(result.answers) == {}
+        async with opened(vendor, server, retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert error.kind == "server"
+    assert "cannot be matched" in str(error)
+    assert "urgent_renamed" in str(error)
+
+
+@pytest.mark.parametrize("vendor", MAP_VENDORS)
+async def test_one_answer_under_an_unasked_id_voids_the_reply(vendor: str) -> None:
+    # Every other id is right, but one answer went astray: none can be trusted.
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        server.fault = Fault.rename({"team": "team2"})
+        async with opened(vendor, server, retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert error.kind == "server"
+    assert "'team2'" in str(error)
 
 
 @pytest.mark.parametrize(
     "mapping", [{"urgent": "legal", "legal": "urgent"}, {}], ids=["swapped", "renamed"]
 )
-async def test_openai_decisions_answers_are_matched_by_position(mapping: dict[str, str]) -> None:
-    def answer(qid: str, question: Asked) -> AnswerValue:
-        return {"urgent": 0.2, "legal": 0.8}.get(qid, 0.7)
-
+async def test_openai_decisions_names_that_differ_by_position_are_no_reply(
+    mapping: dict[str, str],
+) -> None:
     request = fixture_request("openai_decisions")
     with serve_vendor("openai_decisions", api_key=API_KEY) as server:
-        server.answer = answer
         server.fault = Fault.rename(mapping)
-        async with opened("openai_decisions", server) as decider:
-            result = await decider.decide(request)
+        async with opened("openai_decisions", server, retry=NO_RETRY) as decider:
+            error = await failure(decider, request)
     sent = server.requests[0].body["questions"]
     assert [q["name"] for q in sent] == list(request.questions)
-    assert list(result.answers) == list(request.questions)
-    assert result.answers["urgent"] == BooleanAnswer(0.2)  # position 0, whatever its name
-    assert result.answers["legal"] == BooleanAnswer(0.8)
+    assert error.kind == "server"
+    assert "cannot be matched" in str(error)
+    assert len(server.requests) == 1  # a misaligned reply is not retried
 
 
 # --------------------------------------------------------------------------- broken connections
@@ -359,7 +410,7 @@ async def test_the_api_key_never_reaches_a_message_or_a_log(
         sent = server.requests[0].headers
     assert API_KEY in (sent.get("authorization", "") + sent.get("x-api-key", ""))
     # The proxies' own 401s echo the key they received (LiteLLM) or a masked form (OpenAI).
-    with serve_vendor(vendor, api_key="sk-" + secrets.token_hex(20)) as server:
+    with serve_vendor(vendor, api_key="tr." + secrets.token_urlsafe(24)) as server:
         async with opened(vendor, server, api_key=API_KEY) as decider:
             wrong_key = await failure(decider, fixture_request(vendor))
     assert wrong_key.kind == "authentication"
@@ -373,3 +424,14 @@ async def test_the_api_key_never_reaches_a_message_or_a_log(
     assert records  # the malformed answers were logged
     for record in records:
         assert API_KEY[3:] not in record.getMessage()
+
+
+@pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
+async def test_a_one_letter_key_is_hidden_without_cutting_words_apart(vendor: str) -> None:
+    # TYPESAFE_API_KEY=x once turned "expected" into "e[redacted]pected".
+    with serve_vendor(vendor, api_key="x") as server:
+        server.fault = Fault.error(500, message="expected a token, but x is not one")
+        async with opened(vendor, server, api_key="x", retry=NO_RETRY) as decider:
+            error = await failure(decider, fixture_request(vendor))
+    assert "expected a token, but [redacted] is not one" in str(error)
+

@@ -20,10 +20,15 @@ import trio
 import trio.testing
 
 from toolroute import ConfigError, ProviderError
-from toolroute.providers import AnthropicGenerator, Generator, OpenAICompatibleGenerator
-from toolroute.providers._http import RetryPolicy
+from toolroute.providers import (
+    AnthropicGenerator,
+    Generator,
+    OpenAICompatibleGenerator,
+    RetryPolicy,
+)
 
-KEY = "sk-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
+# No generic credential shape: only configured-key redaction can hide it.
+KEY = "gk_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
 FAST = RetryPolicy(retries=1, backoff_s=0.05, max_backoff_s=0.1, jitter=0.0)
 SCHEMA: dict[str, Any] = {
     "type": "object",

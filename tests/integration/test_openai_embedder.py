@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from toolroute import ConfigError, ProviderError
-from toolroute.providers import Embedder
-from toolroute.providers._http import RetryPolicy
+from toolroute.providers import Embedder, RetryPolicy
 from toolroute.providers._openai_embeddings import OpenAIEmbedder
 
 DIM = 4
-KEY = "sk-test-" + "k" * 40
+# No generic credential shape: only configured-key redaction can hide it.
+KEY = "local-embedding-key." + "Qz7" * 10
 FAST = RetryPolicy(retries=1, backoff_s=0.05, max_backoff_s=0.1, jitter=0.0)
 
 

@@ -9,9 +9,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, DecisionError
-from toolroute._core.decision import decision_key, merge_results, split_questions
+from toolroute._core.decision import (
+    answered_reason,
+    decision_key,
+    merge_results,
+    reply_outcome,
+    split_questions,
+)
 from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
-from toolroute._core.decision_wire import MalformedAnswer, read_answer, read_answers, read_usage
+from toolroute._core.decision_wire import (
+    MalformedAnswer,
+    Misaligned,
+    read_answer,
+    read_answers,
+    read_usage,
+)
 from toolroute.decisions import (
     BooleanAnswer,
     BooleanGate,
@@ -101,7 +113,7 @@ def test_split_keeps_order_and_merge_follows_the_rules() -> None:
         model="jev-1",
         provider="typesafe",
         answers={"a": BooleanAnswer(0.1)},
-        usage=Usage(3, 1),
+        usage=Usage(input_tokens=3, output_tokens=1),
         request_id="r1",
         latency_ms=10,
         upstream_ms=5,
@@ -111,14 +123,14 @@ def test_split_keeps_order_and_merge_follows_the_rules() -> None:
         model="jev-2",
         provider="typesafe",
         answers={"b": BooleanAnswer(0.9)},
-        usage=Usage(4, 0),
+        usage=Usage(input_tokens=4, output_tokens=0),
         request_id="r2",
         latency_ms=30,
         media_bytes=1,
     )
     merged = merge_results([first, second])
     assert list(merged.answers) == ["a", "b"]
-    assert merged.usage == Usage(7, 1)
+    assert merged.usage == Usage(input_tokens=7, output_tokens=1)
     assert (merged.request_id, merged.latency_ms, merged.upstream_ms) == ("r1,r2", 30, 5)
     assert (merged.model, merged.media_bytes) == ("jev-1", 8)
 
@@ -210,13 +222,52 @@ def test_strict_reader_reads_every_vocabulary_and_fills_confidence() -> None:
         read_answer({**score, "legend": {"0": 1}}, MOOD)
 
 
-def test_read_answers_drops_malformed_and_unasked_with_a_warning(
+def test_read_answers_drops_malformed_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    raw = {"a": {"type": "noul", "noul": "yes"}, "b": {"type": "noul", "noul": 0.1}, "z": {}}
+    raw = {"a": {"type": "noul", "noul": "yes"}, "b": {"type": "noul", "noul": 0.1}}
     with caplog.at_level("WARNING", logger="toolroute.decision"):
-        answers = read_answers(raw, {"a": YES, "b": YES}, vendor="V", redact=lambda t: t)
-    assert answers == {"b": BooleanAnswer(0.1)}
+        answers = read_answers(raw, {"a": YES, "b": YES, "c": YES}, vendor="V", redact=str)
+    assert answers == {"b": BooleanAnswer(0.1)}  # "c" missing: unanswered, not fatal
     assert "V: dropped the answer to question 'a'" in caplog.text
-    assert read_usage({"inputTokens": 5, "output_tokens": 2}) == Usage(5, 2)
-    assert read_usage({"input_tokens": "5"}) == Usage(0, 0)
+
+
+def test_read_answers_refuses_a_reply_with_an_unasked_id() -> None:
+    raw = {"a": {"type": "noul", "noul": 0.9}, "b": {"type": "noul", "noul": 0.1}, "z": {}}
+    with pytest.raises(Misaligned, match="1 answers under ids that were not asked: 'z'"):
+        read_answers(raw, {"a": YES, "b": YES}, vendor="V")
+    assert read_usage({"inputTokens": 5, "output_tokens": 2}) == Usage(
+        input_tokens=5, output_tokens=2
+    )
+    assert read_usage({"input_tokens": "5"}) == Usage(input_tokens=0, output_tokens=0)
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered", "outcome"),
+    [(6, 6, "applied"), (6, 5, "degraded"), (6, 1, "degraded"), (6, 0, "failed_open")],
+)
+def test_one_rule_for_how_a_reply_went(asked: int, answered: int, outcome: str) -> None:
+    assert reply_outcome(asked, answered) == outcome
+    assert answered_reason(asked, answered) == f"{answered} of {asked} answered"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_state_with_a_non_finite_number_is_an_invalid_request(bad: float) -> None:
+    request = DecisionRequest(state={"n": [1, bad]}, questions={"q": YES})
+    with pytest.raises(DecisionError, match="NaN or an infinite number") as caught:
+        check_request(request, DecisionLimits(), vendor="V", model="m")
+    assert caught.value.kind == "invalid_request"
+
+
+def test_a_state_that_is_not_json_is_an_invalid_request() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    for state in ({"when": object()}, loop):
+        with pytest.raises(DecisionError) as caught:
+            check_request(
+                DecisionRequest(state=state, questions={"q": YES}),
+                DecisionLimits(max_state_tokens=10),
+                vendor="V",
+                model="m",
+            )
+        assert caught.value.kind == "invalid_request"

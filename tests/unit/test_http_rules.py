@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import re
 from collections.abc import Callable
 
 import httpx
@@ -12,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, ProviderError
-from toolroute.providers._http import (
+from toolroute.providers._http import JsonClient
+from toolroute.providers._rules import (
     REDACTED,
     GiveUp,
-    JsonClient,
     Retry,
     RetryPolicy,
     check_base_url,
@@ -129,6 +130,47 @@ def _outside_markers(text: str) -> str:
 def test_redact_never_leaves_a_configured_key(key: str, before: str, after: str) -> None:
     out = redact(before + key + after + key, [key])
     assert key not in _outside_markers(out)
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "expected"),
+    [
+        ("x", "expected x here", f"expected {REDACTED} here"),
+        ("x", "Received API Key = x, Key Hash", f"Received API Key = {REDACTED}, Key Hash"),
+        ("KEY", "set API_KEY; KEY was rejected", f"set API_KEY; {REDACTED} was rejected"),
+        ("ab-1", "key=ab-1;", f"key={REDACTED};"),
+        ("a-", "a-a-", f"{REDACTED}{REDACTED}"),
+    ],
+)
+def test_a_short_key_is_hidden_as_a_whole_token_and_words_stay_whole(
+    key: str, text: str, expected: str
+) -> None:
+    assert redact(text, [key]) == expected
+
+
+_SHORT_KEYS = st.text(
+    alphabet=st.characters(codec="ascii", categories=["L", "N"], include_characters="-_."),
+    min_size=1,
+    max_size=7,
+)
+_WORD = st.text(
+    alphabet=st.characters(codec="ascii", categories=["L", "N"], include_characters="_"),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(key=_SHORT_KEYS, before=_WORD, after=_WORD)
+def test_a_short_key_inside_a_word_leaves_the_word_alone(key: str, before: str, after: str) -> None:
+    word = before + key + after
+    assert redact(word, [key]) == redact(word)  # only the generic patterns apply
+
+
+@given(key=_SHORT_KEYS, before=st.text(), after=st.text())
+def test_a_short_key_standing_alone_never_survives(key: str, before: str, after: str) -> None:
+    out = redact(f"{before} {key} {after}", [key])
+    alone = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(key)}(?![A-Za-z0-9_])")
+    assert not alone.search(_outside_markers(out))
 
 
 # --- parse_retry_after ----------------------------------------------------------------------

@@ -190,6 +190,20 @@ def test_running_total_allows_the_exact_ceiling() -> None:
 # -- refusals ----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("scheme", ["http", "HTTP"])
+def test_plain_http_media_url_is_refused_without_echoing_it(scheme: str) -> None:
+    message = refused([f"{scheme}://example.com/cat.png?token=sk-secret-123"])
+    assert "remote http:// URL" in message
+    assert "not downloaded" in message
+    assert "secret" not in message
+    assert "example.com" not in message
+
+
+def test_plain_http_video_url_is_refused() -> None:
+    message = refused([], "http://example.com/clip.mp4")
+    assert "remote http:// URL" in message
+
+
 def test_remote_url_is_refused_without_echoing_it() -> None:
     message = refused(["https://example.com/cat.png?token=sk-secret-123"])
     assert "remote https:// URL" in message

@@ -36,7 +36,8 @@ from toolroute.providers._default_decider import IMPLICIT
 
 Kind = DecisionErrorKind
 FAST = RetryPolicy(retries=1, backoff_s=0.0)
-KEY = "sk-test-0123456789abcdefghij"
+# No generic credential shape: only configured-key redaction can hide it.
+KEY = "tk.Zq7tLm94Tbx-ghijklmnop"
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -178,7 +179,7 @@ async def test_openai_request_shape_is_an_ordered_question_array() -> None:
     assert result.provider == "openai-decisions"
     assert result.model == "gpt-6-luna-2026-10-01"
     assert result.request_id == "req_1"
-    assert result.usage == Usage(120, 0)
+    assert result.usage == Usage(input_tokens=120, output_tokens=0)
     assert result.answers["urgent"] == BooleanAnswer(0.93)
     assert result.answers["team"] == ChoiceAnswer(
         "billing", {"billing": 0.8, "technical": 0.2}, 0.7
@@ -198,7 +199,9 @@ async def test_openai_criteria_folding_and_json_state() -> None:
         "none": BooleanQuestion("Late?"),
         "false_only": BooleanQuestion("Open?", false="closed"),
     }
-    await openai(server).decide(ask({"id": 7, "text": "héllo"}, **questions))
+    # The stand-in reply has no answers: no reply (misaligned); the request is what is tested.
+    with pytest.raises(DecisionError, match="cannot be matched"):
+        await openai(server).decide(ask({"id": 7, "text": "héllo"}, **questions))
     body = server.bodies[0]
     assert body["input"] == '{"id":7,"text":"héllo"}'
     assert "safety_identifier" not in body
@@ -246,7 +249,8 @@ async def test_openai_score_levels_fall_back_to_index_labels() -> None:
 
 async def test_openai_duplicate_short_levels_use_index_labels() -> None:
     server = Server(reply({"answers": []}))
-    await openai(server).decide(ask(q=score("Rate", ["x", "x"])))
+    with pytest.raises(DecisionError, match="cannot be matched"):
+        await openai(server).decide(ask(q=score("Rate", ["x", "x"])))
     assert server.bodies[0]["questions"][0]["levels"] == [
         {"label": "0", "description": "x"},
         {"label": "1", "description": "x"},
@@ -279,30 +283,44 @@ async def test_openai_refuses_video_before_any_request() -> None:
     assert server.requests == []
 
 
-async def test_openai_answers_are_positional_whatever_their_names(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    payload = {
-        "answers": [
-            # Names swapped and injected: positions decide.
+@pytest.mark.parametrize(
+    "answers",
+    [
+        # Names swapped: the answers may belong to each other's questions.
+        [
             {"name": "second", "type": "predicate", "probability": 0.1},
             {"name": "first", "type": "predicate", "probability": 0.9},
+        ],
+        # One more answer than questions: which one is extra cannot be known.
+        [
+            {"name": "first", "type": "predicate", "probability": 0.1},
+            {"name": "second", "type": "predicate", "probability": 0.9},
             {"name": "injected", "type": "predicate", "probability": 0.5},
+        ],
+        # One fewer: the one answer may be the second question's.
+        [{"type": "predicate", "probability": 0.2}],
+    ],
+    ids=["swapped-names", "extra", "fewer"],
+)
+async def test_openai_a_reply_that_does_not_align_is_no_reply(answers: list[Any]) -> None:
+    server = Server(reply({"answers": answers}))
+    with pytest.raises(DecisionError, match="cannot be matched") as caught:
+        await openai(server).decide(ask(first=BooleanQuestion("A?"), second=BooleanQuestion("B?")))
+    assert caught.value.kind is DecisionErrorKind.SERVER
+
+
+async def test_openai_answers_without_names_are_read_by_position() -> None:
+    payload = {
+        "answers": [
+            {"type": "predicate", "probability": 0.1},
+            {"name": "second", "type": "predicate", "probability": 0.9},
         ]
     }
     server = Server(reply(payload))
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
-        result = await openai(server).decide(
-            ask(first=BooleanQuestion("A?"), second=BooleanQuestion("B?"))
-        )
+    result = await openai(server).decide(
+        ask(first=BooleanQuestion("A?"), second=BooleanQuestion("B?"))
+    )
     assert result.answers == {"first": BooleanAnswer(0.1), "second": BooleanAnswer(0.9)}
-    assert "3 answers for 2 questions" in caplog.text
-
-
-async def test_openai_fewer_answers_leave_the_rest_missing() -> None:
-    server = Server(reply({"answers": [{"type": "predicate", "probability": 0.2}]}))
-    result = await openai(server).decide(ask(a=BooleanQuestion("A?"), b=BooleanQuestion("B?")))
-    assert result.answers == {"a": BooleanAnswer(0.2)}
 
 
 async def test_openai_refusal_and_malformed_answers_are_missing_not_fatal(
@@ -441,7 +459,8 @@ async def test_openai_base_url_drops_v1_and_model_overrides() -> None:
         model="luna-x",
         transport=server.transport,
     )
-    await decider.decide(ask(q=BooleanQuestion("x")))
+    with pytest.raises(DecisionError, match="cannot be matched"):
+        await decider.decide(ask(q=BooleanQuestion("x")))
     assert server.requests[0].url == "https://proxy.example/v1/decisions"
     assert server.bodies[0]["model"] == "luna-x"
 
@@ -546,6 +565,25 @@ async def test_scaledown_reads_the_labels_list_and_drops_bad_scores(
         )
     assert result.answers == {"urgent": BooleanAnswer(0.1)}
     assert "dropped the answer to question 'team'" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "reply_body",
+    [
+        {"scores": {"true": 0.9, "false": 0.1, "billing": 0.5}},
+        {"labels": [{"label": "true", "score": 0.9}, {"label": "maybe", "score": 0.1}]},
+        {"labels": [{"label": ["true"], "score": 0.9}, {"label": "false", "score": 0.1}]},
+    ],
+    ids=["scores", "labels", "unhashable-label"],
+)
+async def test_scaledown_a_reply_scoring_labels_not_sent_is_not_used(
+    reply_body: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server(reply(reply_body))
+    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+        result = await scaledown(server).decide(ask(urgent=QUESTIONS["urgent"]))
+    assert result.answers == {}
+    assert "labels that were not offered" in caplog.text
 
 
 async def test_scaledown_refuses_media_models_and_overflow_before_any_request() -> None:
@@ -705,7 +743,7 @@ async def test_logprob_request_and_probability() -> None:
     assert isinstance(answer, BooleanAnswer)
     assert answer.probability == pytest.approx(yes / (yes + no))
     assert answer.probability == pytest.approx(0.9519, abs=1e-4)
-    assert result.usage == Usage(40, 1)
+    assert result.usage == Usage(input_tokens=40, output_tokens=1)
     assert result.model == "qwen3:8b"
     assert result.provider == "logprob"
 

@@ -20,7 +20,7 @@ from toolroute._core.decision import (
     DecisionRequest,
     DecisionResult,
 )
-from toolroute._core.decision_limits import DecisionLimits
+from toolroute._core.decision_limits import DecisionLimits, ModelLimits, estimate_state_tokens
 from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute._routing.generative import DEFAULT_PROMPT_OPENING, SCHEMA, router_prompt
 from toolroute._routing.pipeline import (
@@ -31,6 +31,7 @@ from toolroute._routing.pipeline import (
     does,
     embedding_pick,
     route_servers,
+    routing_parts,
     routing_query,
     routing_request,
     server_question,
@@ -307,7 +308,8 @@ async def test_only_a_confident_false_drops(p: float | None, dropped: bool) -> N
     decider = FakeDecider([0.9, p, 0.9])
     result = await route_servers("q", FIVE[:3], decider=decider)
     assert result.strategy == "decision"
-    assert result.outcome == Outcome.APPLIED
+    # A missing answer makes the reply partial: degraded, as the engine's events say.
+    assert result.outcome == (Outcome.APPLIED if p is not None else Outcome.DEGRADED)
     assert (result.excluded == ("slack",)) is dropped
     assert result.excluded_tools == (("slack_a", "slack_b") if dropped else ())
     assert result.answered == (3 if p is not None else 2)
@@ -694,3 +696,37 @@ def test_outcome_is_frozen() -> None:
     assert result.cache_hit is False
     with pytest.raises(AttributeError):
         result.reason = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("wording", ["measured", "compact"])
+def test_routing_parts_fit_the_window_and_keep_global_keys(wording: str) -> None:
+    entries = [Candidate(s, s.tool_ids) for s in servers(*(f"svc{i}" for i in range(40)))]
+    limits = DecisionLimits(max_state_tokens=150)
+    config = RoutingConfig(wording=wording)  # type: ignore[arg-type]
+    parts = routing_parts("find it", entries, config, limits)
+    assert len(parts) > 1
+    assert all(estimate_state_tokens(p.state, limits) <= 150 for p in parts)
+    keys = [k for p in parts for k in p.questions]
+    assert keys == [f"server__{i}" for i in range(40)]
+    for part in parts:
+        listed = [e["name"] for e in part.state["available_servers"]]
+        asked = [entries[int(k.split("__")[1])].server.id for k in part.questions]
+        assert listed == asked
+        if wording == "compact":
+            # Each question points into its own part's list.
+            for local, question in enumerate(part.questions.values()):
+                assert f"available_servers[{local}]" in question.instructions
+
+
+def test_routing_parts_is_one_request_when_it_fits_or_the_window_is_advisory() -> None:
+    entries = [Candidate(s, s.tool_ids) for s in servers(*(f"svc{i}" for i in range(40)))]
+    config = RoutingConfig()
+    whole = routing_request("q", entries, config)
+    assert routing_parts("q", entries, config, DecisionLimits()) == [whole]
+    advisory = DecisionLimits(max_state_tokens=10, advisory=True)
+    assert routing_parts("q", entries, config, advisory) == [whole]
+    # The per-model window applies.
+    limits = DecisionLimits(
+        max_state_tokens=10, models={"big": ModelLimits(max_state_tokens=10**6)}
+    )
+    assert routing_parts("q", entries, config, limits, "big") == [whole]

@@ -13,10 +13,10 @@ It answers one question per call, so the decider is a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
-from .._core.decision import (
+from ..._core.decision import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
@@ -27,13 +27,13 @@ from .._core.decision import (
     Usage,
     is_probability,
 )
-from .._core.decision_limits import DecisionLimits
-from .._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from .._core.errors import DecisionError
-from ._decision_loop import DECISION_RETRY, Kind, envelope_message, status_kind
-from ._http import AsyncTransport, Reply, RetryPolicy
-from ._openai_decisions import json_text
-from ._per_question import PerQuestionDecider, QuestionReply
+from ..._core.decision_limits import DecisionLimits
+from ..._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ..._core.errors import DecisionError
+from .._decision_loop import Kind, envelope_message, json_text, status_kind
+from .._http import Reply
+from .._loop import LoopOptions
+from .._per_question import PerQuestionDecider, QuestionReply
 
 
 def _rubric(instructions: str, answer: str, description: object) -> str:
@@ -53,8 +53,16 @@ def _scores(payload: object, names: list[str]) -> dict[str, float]:
         if not isinstance(listed, list):
             raise MalformedAnswer("the reply has neither a scores map nor a labels list")
         raw = {
-            entry.get("label"): entry.get("score") for entry in listed if isinstance(entry, Mapping)
+            str(entry.get("label")): entry.get("score")
+            for entry in listed
+            if isinstance(entry, Mapping)
         }
+    stray = [label for label in raw if label not in names]
+    if stray:
+        # Scores for labels that were not sent: the reply may be another request's,
+        # so none of it is matched to this question.
+        shown = ", ".join(repr(str(label)[:40]) for label in stray[:3])
+        raise MalformedAnswer(f"the reply scores labels that were not offered ({shown})")
     scores: dict[str, float] = {}
     for name in names:
         value = raw.get(name)
@@ -103,7 +111,8 @@ class ScaleDownDecider(PerQuestionDecider):
 
     Scores come from ``scores`` (or, failing that, the ``labels`` list); a
     missing or non-probability score for any label leaves that question
-    unanswered (logged), as does a total of 0.
+    unanswered (logged), as does a total of 0 or a score for a label that was
+    not sent (the reply cannot be matched to this question with certainty).
 
     The endpoint takes no model: results name ``classify-1``, and a request
     naming another model is refused. At most 16 questions per request — each
@@ -130,18 +139,12 @@ class ScaleDownDecider(PerQuestionDecider):
         *,
         api_key: str | None,
         base_url: str | None = None,
-        timeout_s: float | None = None,
-        retry: RetryPolicy = DECISION_RETRY,
-        transport: AsyncTransport | None = None,
-        rng: Callable[[], float] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
         super().__init__(
             api_key=api_key,
             base_url=base_url,
-            timeout_s=timeout_s,
-            retry=retry,
-            transport=transport,
-            rng=rng,
+            **options,
         )
 
     strip_v1 = True

@@ -3,22 +3,23 @@
 Wire format from ``wire-formats.md`` §7 (promptfoo and gproxy-protocol; no reply
 from the live endpoint is on record). Unlike the System One family the
 questions go as an *array* and the answers come back in the *same positions*,
-so answers are matched to questions by position only: the ``name`` an answer
-carries is never trusted.
+so answers are matched to questions by position, and only when the reply
+aligns with certainty: as many answers as questions, and each echoed ``name``
+(optional on the wire) equal to the one sent at that position. Anything else
+is no reply (``server``), never a guess.
 
-This module also holds what the OpenAI-shaped providers share: the state as
-text (:func:`state_text`) and the OpenAI error envelope (:func:`openai_error`).
+This module also holds the OpenAI error envelope (:func:`openai_error`), which
+the logprob decider shares.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Unpack
 
-from .._core.decision import (
+from ..._core.decision import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -28,12 +29,21 @@ from .._core.decision import (
     Question,
     ScoreQuestion,
 )
-from .._core.decision_limits import DecisionLimits, MediaLimits
-from .._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from .._core.errors import ConfigError, DecisionError
-from .._core.media import PreparedMedia
-from ._decision_loop import DECISION_RETRY, Decoded, HttpDecider, Kind, envelope_message
-from ._http import AsyncTransport, Reply, RetryPolicy
+from ..._core.decision_limits import DecisionLimits, MediaLimits
+from ..._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ..._core.errors import ConfigError, DecisionError
+from ..._core.media import PreparedMedia
+from .._decision_loop import (
+    Decoded,
+    HttpDecider,
+    Kind,
+    envelope_message,
+    json_text,
+    misaligned,
+    state_text,
+)
+from .._http import Reply
+from .._loop import LoopOptions
 
 #: Longest ``safety_identifier`` OpenAI accepts.
 MAX_SAFETY_IDENTIFIER = 128
@@ -48,28 +58,6 @@ _CONTEXT = re.compile(
     r"|(too long|exceeds?).{0,40}(context|tokens)",
     re.IGNORECASE,
 )
-
-
-def json_text(value: JSON, *, vendor: str, what: str) -> str:
-    """``value`` as text: a string as is, anything else as compact JSON.
-
-    Raises:
-        DecisionError: ``invalid_request`` when ``value`` is not JSON.
-    """
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise DecisionError(
-            Kind.INVALID_REQUEST,
-            f"{vendor} reads {what} as text; it is not JSON-serialisable ({type(exc).__name__}).",
-        ) from None
-
-
-def state_text(state: JSON, *, vendor: str) -> str:
-    """The state as the text a text-only endpoint reads (compact JSON unless a string)."""
-    return json_text(state, vendor=vendor, what="the state")
 
 
 def openai_error(decider: HttpDecider, reply: Reply) -> DecisionError:
@@ -278,10 +266,12 @@ class OpenAIDecisionsDecider(HttpDecider):
     with images it is one user message whose content is the state's
     ``input_text`` followed by one ``input_image`` per image (a ``data:`` URL).
 
-    Answers are read **by position**: answer *i* belongs to question *i* whatever
-    ``name`` it carries. ``{"type": "refusal"}`` leaves that question unanswered
-    (logged), as does a malformed answer; extra answers are ignored, missing
-    ones leave their questions unanswered. Choice and score ``probabilities``
+    Answers are read **by position**, and only from a reply that aligns with
+    certainty: exactly one answer per question, each echoed ``name`` (when
+    present) equal to the name sent at that position. A reply with more or
+    fewer answers, or a name that differs, is no reply (``server``; nothing of
+    it is used). ``{"type": "refusal"}`` leaves that question unanswered
+    (logged), as does a malformed answer. Choice and score ``probabilities``
     arrive as lists and are turned into ``{option: p}`` / ``{"0": p}``; a choice
     naming an option that was not offered is dropped.
 
@@ -319,10 +309,7 @@ class OpenAIDecisionsDecider(HttpDecider):
         base_url: str | None = None,
         model: str | None = None,
         safety_identifier: str | None = None,
-        timeout_s: float | None = None,
-        retry: RetryPolicy = DECISION_RETRY,
-        transport: AsyncTransport | None = None,
-        rng: Callable[[], float] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
         if safety_identifier is not None and (
             not isinstance(safety_identifier, str)
@@ -338,10 +325,7 @@ class OpenAIDecisionsDecider(HttpDecider):
             api_key=api_key,
             base_url=base_url,
             model=model,
-            timeout_s=timeout_s,
-            retry=retry,
-            transport=transport,
-            rng=rng,
+            **options,
         )
 
     strip_v1 = True
@@ -379,17 +363,16 @@ class OpenAIDecisionsDecider(HttpDecider):
         assert isinstance(payload, Mapping)
         questions = list(request.questions.items())
         if len(raw_answers) != len(questions):
-            logger.warning(
-                "%s returned %d answers for %d questions; answers are matched by position%s.",
-                self.vendor,
-                len(raw_answers),
-                len(questions),
-                ", the extra ones ignored"
-                if len(raw_answers) > len(questions)
-                else ", the rest unanswered",
-            )
+            raise misaligned(self, f"{len(raw_answers)} answers for {len(questions)} questions")
+        for index, ((key, _question), raw) in enumerate(zip(questions, raw_answers, strict=True)):
+            echoed = raw.get("name") if isinstance(raw, Mapping) else None
+            if echoed is not None and echoed != key:
+                shown = repr(echoed[:40]) if isinstance(echoed, str) else type(echoed).__name__
+                raise misaligned(
+                    self, f"answer {index} is named {shown}, but question {key!r} was sent there"
+                )
         answers: dict[str, Answer] = {}
-        for (key, question), raw in zip(questions, raw_answers, strict=False):
+        for (key, question), raw in zip(questions, raw_answers, strict=True):
             if isinstance(raw, Mapping) and raw.get("type") == "refusal":
                 logger.warning("%s refused to answer question %r.", self.vendor, key)
                 continue

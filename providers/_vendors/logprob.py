@@ -10,17 +10,18 @@ probability is read off the top tokens. Works with OpenAI, vLLM, llama.cpp's
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
-from .._core.decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
-from .._core.decision_limits import DecisionLimits
-from .._core.decision_wire import logger
-from .._core.errors import ConfigError, DecisionError
-from ._decision_loop import DECISION_RETRY, Kind
-from ._http import AsyncTransport, Reply, RetryPolicy
-from ._openai_decisions import json_text, openai_error
-from ._per_question import PerQuestionDecider, QuestionReply
+from ..._core.decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
+from ..._core.decision_limits import DecisionLimits
+from ..._core.decision_wire import logger
+from ..._core.errors import ConfigError, DecisionError
+from .._decision_loop import Kind, json_text
+from .._http import Reply
+from .._loop import LoopOptions
+from .._per_question import PerQuestionDecider, QuestionReply
+from .openai_decisions import openai_error
 
 #: OpenAI's ceiling on ``top_logprobs``.
 MAX_TOP_LOGPROBS = 20
@@ -129,10 +130,7 @@ class LogprobDecider(PerQuestionDecider):
         base_url: str = "https://api.openai.com/v1",
         top_logprobs: int = MAX_TOP_LOGPROBS,
         floor: float = 0.1,
-        timeout_s: float | None = None,
-        retry: RetryPolicy = DECISION_RETRY,
-        transport: AsyncTransport | None = None,
-        rng: Callable[[], float] | None = None,
+        **options: Unpack[LoopOptions],
     ) -> None:
         if not isinstance(model, str) or not model.strip() or not model.isprintable():
             raise ConfigError("model must be a non-empty string of printable characters")
@@ -154,10 +152,7 @@ class LogprobDecider(PerQuestionDecider):
             api_key=api_key,
             base_url=base_url,
             model=model.strip(),
-            timeout_s=timeout_s,
-            retry=retry,
-            transport=transport,
-            rng=rng,
+            **options,
         )
 
     def _path(self, model: str) -> str:
@@ -267,4 +262,4 @@ def _chat_usage(raw: object) -> Usage:
             return value
         return 0
 
-    return Usage(count("prompt_tokens"), count("completion_tokens"))
+    return Usage(input_tokens=count("prompt_tokens"), output_tokens=count("completion_tokens"))

@@ -1,0 +1,134 @@
+"""Perplexity Decisions: ``POST {base}/v1/decisions`` (``wire-formats.md`` §5)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Unpack
+from urllib.parse import urlsplit
+
+from ..._core.decision import DecisionRequest
+from ..._core.decision_limits import DecisionLimits, MediaLimits
+from ..._core.errors import DecisionError
+from ..._core.media import PreparedMedia, image_size
+from .._decision_loop import (
+    PNG_JPEG_WEBP,
+    HttpDecider,
+    Kind,
+    encode_question,
+    envelope_message,
+    status_kind,
+)
+from .._http import Reply
+from .._loop import LoopOptions
+
+_PPLX_CONTEXT = re.compile(r"exceeds(?: or equals)?(?: model's)? maximum context length", re.I)
+_PPLX_KEY = re.compile(r"pplx-[A-Za-z0-9_-]{30,}")
+#: Tiles of 32×32 pixels one image may have; bigger ones stall the server for ~56 s.
+PERPLEXITY_MAX_TILES = 2048
+
+
+class PerplexityDecider(HttpDecider):
+    """Perplexity Decisions: ``POST {base}/v1/decisions``; images travel inside ``state``."""
+
+    name = "perplexity-decider"
+    vendor = "Perplexity"
+    default_model = "pplx-decider-v1-27b"
+    default_base_url = "https://api.perplexity.ai"
+    key_env = "PERPLEXITY_API_KEY"
+    limits = DecisionLimits(
+        max_state_tokens=100_000,
+        max_questions=128,
+        non_ascii_rate=0.5,
+        media=MediaLimits(
+            max_images=8,
+            video=False,
+            max_request_bytes=32 * 1024 * 1024,
+            image_types=PNG_JPEG_WEBP,
+        ),
+        timeout_s=10.0,
+        per_question_s=0.1,
+    )
+
+    strip_v1 = True
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None:
+        # The integration header goes to Perplexity's own API only, not to proxies.
+        self._official = urlsplit(base_url or self.default_base_url).hostname == "api.perplexity.ai"
+        super().__init__(api_key=api_key, base_url=base_url, model=model, **options)
+
+    def _headers(self) -> dict[str, str]:
+        headers = super()._headers()
+        if self._official:
+            headers["X-Pplx-Integration"] = "toolroute"
+        return headers
+
+    def _path(self, model: str) -> str:
+        return "/v1/decisions"
+
+    def _prepare(self, request: DecisionRequest) -> PreparedMedia:
+        media = super()._prepare(request)
+        for index, data in enumerate(media.image_bytes):
+            size = image_size(data)
+            if size is None:
+                continue
+            tiles = _round_half_up(size[0] / 32) * _round_half_up(size[1] / 32)
+            if tiles > PERPLEXITY_MAX_TILES:
+                raise DecisionError(
+                    Kind.INVALID_REQUEST,
+                    f"Image {index} is {size[0]}×{size[1]} pixels = {tiles} tiles of 32×32;"
+                    f" {self.vendor} reads at most {PERPLEXITY_MAX_TILES}. Downscale it.",
+                )
+        return media
+
+    def _encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
+        state = request.state
+        if isinstance(state, bool | int | float):
+            state = json.dumps(state)
+        if media.images:
+            # The API has no images field: the state becomes a list that ends with them.
+            parts = list(state) if isinstance(state, list) else ([] if state == "" else [state])
+            state = parts + [
+                {"type": "image_url", "image_url": {"url": url}} for url in media.images
+            ]
+        return {
+            "model": model,
+            "state": state,
+            "questions": {k: encode_question(q, "noul") for k, q in request.questions.items()},
+        }
+
+    def _error(self, reply: Reply) -> DecisionError:
+        payload = reply.json()
+        message = envelope_message(payload)
+        error = payload.get("error") if isinstance(payload, Mapping) else None
+        if message and isinstance(error, Mapping) and isinstance(error.get("param"), str):
+            message += f" (field: `{error['param']}`)"
+        if reply.status == 413 or (reply.status == 400 and _PPLX_CONTEXT.search(message or "")):
+            kind = Kind.MAX_TOKENS_EXCEEDED
+        elif reply.status == 401:
+            kind = Kind.AUTHENTICATION  # the only status that latches
+        elif reply.status in (429, 503) or reply.status >= 500:
+            kind = status_kind(reply.status)
+        else:
+            kind = Kind.INVALID_REQUEST
+        error_obj = self._make_error(kind, reply, message)
+        return DecisionError(
+            error_obj.kind,
+            _PPLX_KEY.sub("[redacted]", str(error_obj)),
+            status=error_obj.status,
+            request_id=error_obj.request_id,
+            retryable=error_obj.retryable,
+        )
+
+
+def _round_half_up(value: float) -> int:
+    return math.floor(value + 0.5)

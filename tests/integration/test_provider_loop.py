@@ -18,7 +18,8 @@ from loopback.decision_vendors import Fault, serve_vendor
 from test_openai_embedder import FakeOpenAI
 from test_openai_embedder import Reply as EmbeddingReply
 
-from toolroute import BooleanQuestion, ConfigError, DecisionRequest, ProviderError
+from toolroute import ConfigError, ProviderError
+from toolroute.decisions import BooleanQuestion, DecisionRequest
 from toolroute.providers import (
     OpenAICompatibleGenerator,
     OpenAIEmbedder,

@@ -19,10 +19,10 @@ import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolroute import (
+from toolroute import DecisionError
+from toolroute.decisions import (
     BooleanQuestion,
     ChoiceQuestion,
-    DecisionError,
     DecisionRequest,
     DecisionResult,
     ScoreQuestion,

@@ -34,14 +34,14 @@ from ._core.selection import Selection as Selection
 from ._core.text import tokenize as tokenize
 from ._core.toolsets import ToolSet as ToolSet
 from ._core.toolsets import system_prompts as system_prompts
-from ._decisions.run import decide as decide
-from ._decisions.run import try_decide as try_decide
 from ._routing.pipeline import RoutingOutcome as RoutingOutcome
 from ._routing.pipeline import route_servers as route_servers
 from ._routing.pipeline import routing_query as routing_query
 from ._runtime.engine import Engine as Engine
 from ._runtime.engine import StepSelection as StepSelection
 from ._runtime.engine import open_engine as open_engine
+from ._runtime.stateless import decide as decide
+from ._runtime.stateless import try_decide as try_decide
 from ._runtime.tool_index import ToolIndex as ToolIndex
 from ._stores.embedding_cache import CacheWarning as CacheWarning
 from ._stores.embedding_cache import EmbeddingCache as EmbeddingCache

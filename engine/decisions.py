@@ -31,8 +31,8 @@ from ._core.decision_limits import estimate_state_tokens as estimate_state_token
 from ._core.errors import DecisionError as DecisionError
 from ._core.errors import DecisionErrorKind as DecisionErrorKind
 from ._core.public import publish as _publish
-from ._decisions.run import decide as decide
-from ._decisions.run import try_decide as try_decide
+from ._runtime.stateless import decide as decide
+from ._runtime.stateless import try_decide as try_decide
 
 __all__ = [
     "BooleanAnswer",

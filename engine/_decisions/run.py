@@ -29,41 +29,9 @@ logger = logging.getLogger("toolroute.decision")
 DEFAULT_CONCURRENCY = 4
 
 
-def _resolve(provider: Decider | None) -> Decider | None:
-    if provider is not None:
-        return provider
-    from ..providers import default_decider
-
-    decider: Decider | None = default_decider()
-    return decider
-
-
 async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:
-    """Send ``request`` to ``provider`` as one call, strictly.
-
-    Args:
-        request: the state and the questions; ``timeout_s`` bounds the call.
-        provider: the decision provider; the environment's default when ``None``.
-
-    Returns:
-        The provider's answers under the request's question ids. A malformed answer is
-        missing from ``answers`` (and logged), never fatal.
-
-    Raises:
-        DecisionError: and nothing else, with ``kind`` and ``retryable``. A request over
-            the provider's caps, with a state that is not JSON (NaN, infinity), or with
-            no provider configured is refused (``invalid_request`` or
-            ``max_tokens_exceeded``) before any network call; a reply that cannot be
-            matched to the questions with certainty is ``server``. A custom provider's
-            other exceptions are wrapped as ``server``.
-
-    **Cancellation:** the provider's deadline (the request's ``timeout_s``, else its
-    default) covers retries and waits; a caller's cancel scope still cancels it.
-
-    **Fail-open:** none: this is the strict call. Use :func:`try_decide` to carry on
-    without answers when the provider fails.
-    """
-    decider = _resolve(provider)
+    """Send ``request`` to ``provider`` as one call, strictly (``toolroute.decide``)."""
+    decider = provider
     if decider is None:
         raise DecisionError(
             DecisionErrorKind.INVALID_REQUEST,
@@ -210,41 +178,10 @@ async def try_decide(
     concurrency: int = DEFAULT_CONCURRENCY,
     deadline_s: float | None = None,
 ) -> DecisionResult | None:
-    """Like :func:`decide`, but batched and fail-open.
-
-    Questions are cut, in order, into batches of the provider's question cap;
-    each batch carries the whole state and media. Batches run in a sliding
-    window of ``concurrency``; their results merge (answers in order, usage
-    summed, latency the maximum, request ids joined with ``,``).
-
-    Args:
-        request: the state and the questions.
-        provider: the decision provider; the environment's default when ``None``.
-        concurrency: batches in flight at once, at least 1.
-        deadline_s: budget of the whole call; late batches lose their answers.
-
-    Returns:
-        The merged result, or ``None`` when no provider is configured, every
-        batch failed, or the deadline passed before any batch answered — all
-        of which mean "carry on as before".
-
-    Raises:
-        ValueError: ``concurrency`` below 1 (the caller's mistake).
-
-    **Cancellation:** ends by ``deadline_s`` (``None`` when nothing answered in
-    time); a caller's cancel scope still cancels it.
-
-    **Fail-open:** a failed, late or misaligned batch costs only its own answers;
-    a provider failure is never raised. A partial result carries the answers that
-    came; the questions missing from it are unanswered.
-    """
+    """Batched and fail-open (``toolroute.try_decide``); ``None`` means no provider."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")
-    try:
-        decider = _resolve(provider)
-    except Exception as exc:  # a broken environment is "no provider", loudly
-        logger.warning("decision provider from the environment failed: %s", exc)
-        return None
+    decider = provider
     if decider is None or not request.questions:
         return None
     report = await decide_in_batches(

@@ -215,9 +215,7 @@ class ScriptedDecider:
                 answers[key] = (
                     BooleanAnswer(float(value)) if isinstance(value, int | float) else value
                 )
-            for key, answer in self.unasked.items():
-                if key not in request.questions:
-                    answers[key] = answer
+            answers |= {k: a for k, a in self.unasked.items() if k not in request.questions}
             return DecisionResult(model=f"{self.name}-1", provider=self.name, answers=answers)
         finally:
             self.in_flight -= 1

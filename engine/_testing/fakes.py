@@ -153,6 +153,8 @@ class ScriptedDecider:
         hang: every call sleeps until cancelled.
         limits: the caps it declares (``DecisionLimits()`` by default).
         name: the provider name it reports.
+        unasked: answers it adds under ids no request asks, as a model that strays past its
+            questions (answers only ever go to asked ids otherwise).
 
     Attributes:
         requests: every request, in order.
@@ -171,6 +173,7 @@ class ScriptedDecider:
         hang: bool = False,
         limits: DecisionLimits | None = None,
         name: str = "scripted",
+        unasked: Mapping[str, Answer] | None = None,
     ) -> None:
         self.answers = answers
         self.default = default
@@ -179,6 +182,7 @@ class ScriptedDecider:
         self.hang = hang
         self.limits = limits if limits is not None else DecisionLimits()
         self.name = name
+        self.unasked = dict(unasked or {})
         self.requests: list[DecisionRequest] = []
         self.in_flight = 0
         self.peak = 0
@@ -211,6 +215,7 @@ class ScriptedDecider:
                 answers[key] = (
                     BooleanAnswer(float(value)) if isinstance(value, int | float) else value
                 )
+            answers |= {k: a for k, a in self.unasked.items() if k not in request.questions}
             return DecisionResult(model=f"{self.name}-1", provider=self.name, answers=answers)
         finally:
             self.in_flight -= 1
@@ -218,6 +223,9 @@ class ScriptedDecider:
 
 class ScriptedGenerator:
     """A ``Generator`` with a scripted answer, latency and failures; it records every prompt.
+
+    An answer that is an exception (or a function's answer that is one) is raised instead,
+    so one function can answer some prompts and fail others.
 
     Args:
         answer: the decoded JSON it returns, or a function ``(prompt, schema) -> answer``.
@@ -228,6 +236,7 @@ class ScriptedGenerator:
 
     Attributes:
         prompts: every prompt, in order; ``schemas``: the schema of each.
+        in_flight: calls running now; ``peak``: the most at once.
     """
 
     def __init__(
@@ -246,20 +255,30 @@ class ScriptedGenerator:
         self.identity = identity
         self.prompts: list[str] = []
         self.schemas: list[Mapping[str, Any]] = []
+        self.in_flight = 0
+        self.peak = 0
 
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The scripted answer to ``prompt``.
 
         Raises:
-            Exception: the configured ``error``.
+            Exception: the configured ``error``, or an answer that is an exception.
 
         **Cancellation:** ``delay`` and ``hang`` are trio sleeps; cancelling them is safe.
         """
         self.prompts.append(prompt)
         self.schemas.append(schema)
-        if self.hang:
-            await trio.sleep_forever()
-        await trio.sleep(self.delay)
-        if self.error is not None:
-            raise self.error
-        return self.answer(prompt, schema) if callable(self.answer) else self.answer
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.hang:
+                await trio.sleep_forever()
+            await trio.sleep(self.delay)
+            if self.error is not None:
+                raise self.error
+            answer = self.answer(prompt, schema) if callable(self.answer) else self.answer
+        finally:
+            self.in_flight -= 1
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer

@@ -21,6 +21,8 @@ from toolroute._core.dedup import (
     signature_tokens,
 )
 from toolroute._core.errors import CatalogError, ConfigError
+from toolroute._core.text import embedding_text
+from toolroute.testing import ScriptedEmbedder
 
 QUERY = {"type": "object", "properties": {"query": {"type": "string"}}}
 
@@ -125,9 +127,7 @@ def test_same_description_other_name_collapses_into_the_first(threshold: float) 
     second = tool("search_v2", "Search for documents in the index", QUERY)
     result = dedupe_tools([first, second], threshold=threshold)
     assert result.tools == (first,)
-    assert result.removed == (
-        Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),
-    )
+    assert result.removed == (Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),)
 
 
 def test_unrelated_tools_are_kept_at_the_default_threshold() -> None:
@@ -407,19 +407,11 @@ def test_threshold_one_removes_only_identical_signatures(tools: list[Tool]) -> N
         assert signature_tokens(original) == signature_tokens(leader)
 
 
-class _FixedEmbedder:
-    """Unit vectors chosen per text, to state cosine similarities exactly."""
-
-    identity, dim, max_batch = "fixed", 2, 8
-
-    def __init__(self, vectors: dict[str, tuple[float, float]]) -> None:
-        self.vectors = vectors
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        import numpy as np
-
-        rows = np.array([self.vectors[t.split(":")[0]] for t in texts], dtype=np.float32)
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+def _fixed_embedder(vectors: dict[str, tuple[float, float]]) -> ScriptedEmbedder:
+    """Unit vectors chosen per tool name, to state cosine similarities exactly."""
+    return ScriptedEmbedder(
+        dim=2, vectors={embedding_text(tool): vectors[tool.id] for tool in _named(*vectors)}
+    )
 
 
 def _named(*names: str) -> list[Tool]:
@@ -430,7 +422,7 @@ def test_embedding_mode_collapses_by_cosine_without_chaining() -> None:
     import math as m
 
     angle = m.radians(20)  # cos 20° = 0.94: a~b and b~c, but a and c are 40° apart (0.77)
-    embedder = _FixedEmbedder(
+    embedder = _fixed_embedder(
         {"a": (1, 0), "b": (m.cos(angle), m.sin(angle)), "c": (m.cos(2 * angle), m.sin(2 * angle))}
     )
     result = dedupe_tools(_named("a", "b", "c"), mode="embedding", embedder=embedder, threshold=0.9)
@@ -446,14 +438,9 @@ def test_embedding_mode_needs_an_embedder() -> None:
 
 
 def test_embedding_mode_fails_open_when_the_embedder_fails() -> None:
-    class Broken:
-        identity, dim, max_batch = "broken", 2, 8
-
-        def embed(self, texts: Sequence[str]) -> Any:
-            raise RuntimeError("model down")
-
+    broken = ScriptedEmbedder(dim=2, fail=True, error=RuntimeError("model down"))
     tools = _named("a", "b")
-    result = dedupe_tools(tools, mode="embedding", embedder=Broken())  # type: ignore[arg-type]
+    result = dedupe_tools(tools, mode="embedding", embedder=broken)
     assert result.tools is tools
     assert result.removed == ()
 

@@ -36,6 +36,7 @@ from toolroute._judge.enrich import (
 )
 from toolroute.providers import Generator, RetryPolicy
 from toolroute.providers._generators import AnthropicGenerator, OpenAICompatibleGenerator
+from toolroute.testing import ScriptedGenerator
 
 _ROW = re.compile(r'^\{"name": (".*?"), "description": ')
 
@@ -65,39 +66,17 @@ def answer_all(prompt: str) -> object:
     return {"tools": [{"name": n, "phrases": phrases_for(n)} for n in prompt_names(prompt)]}
 
 
-class FakeGenerator:
-    """Answers every prompt with ``respond(prompt)`` (or raises what it returns), after
-    ``delay_s``; records the prompts and the peak number of calls in flight."""
-
-    def __init__(
-        self,
-        respond: Callable[[str], object] = answer_all,
-        *,
-        identity: str = "fake:model-a",
-        delay_s: float = 0.0,
-    ) -> None:
-        self.identity = identity
-        self.respond = respond
-        self.delay_s = delay_s
-        self.prompts: list[str] = []
-        self.schemas: list[Mapping[str, Any]] = []
-        self.in_flight = 0
-        self.peak = 0
-
-    async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
-        self.prompts.append(prompt)
-        self.schemas.append(schema)
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        try:
-            if self.delay_s:
-                await trio.sleep(self.delay_s)
-            reply = self.respond(prompt)
-        finally:
-            self.in_flight -= 1
-        if isinstance(reply, BaseException):
-            raise reply
-        return reply
+def fake_generator(
+    respond: Callable[[str], object] = answer_all,
+    *,
+    identity: str = "fake:model-a",
+    delay_s: float = 0.0,
+) -> ScriptedGenerator:
+    """A generator that answers every prompt with ``respond(prompt)`` (raising what it returns
+    if that is an exception) after ``delay_s``; it records prompts and the calls in flight."""
+    return ScriptedGenerator(
+        lambda prompt, schema: respond(prompt), identity=identity, delay=delay_s
+    )
 
 
 def cache_files(cache_dir: Path) -> list[Path]:
@@ -109,7 +88,7 @@ def cache_files(cache_dir: Path) -> list[Path]:
 
 
 def test_fake_generator_is_a_generator() -> None:
-    assert isinstance(FakeGenerator(), Generator)
+    assert isinstance(fake_generator(), Generator)
 
 
 def test_prompt_lists_tools_as_json_data_with_one_line_descriptions() -> None:
@@ -220,7 +199,7 @@ async def test_batches_of_the_given_size_with_bounded_concurrency(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     catalog = tools(45)
-    generator = FakeGenerator(delay_s=1.0)
+    generator = fake_generator(delay_s=1.0)
     result = await enrich_tools(
         catalog, generator, cache_dir=None, batch=20, concurrency=2, deadline_s=10
     )
@@ -236,9 +215,9 @@ async def test_batches_of_the_given_size_with_bounded_concurrency(
 
 async def test_second_run_hits_the_cache_without_calling_the_model(tmp_path: Path) -> None:
     catalog = tools(12)
-    first = await enrich_tools(catalog, FakeGenerator(), cache_dir=tmp_path, batch=5)
+    first = await enrich_tools(catalog, fake_generator(), cache_dir=tmp_path, batch=5)
     assert len(cache_files(tmp_path)) == 1
-    again = FakeGenerator(lambda prompt: pytest.fail("the model was called"))
+    again = fake_generator(lambda prompt: pytest.fail("the model was called"))
     second = await enrich_tools(catalog, again, cache_dir=tmp_path, batch=5)
     assert again.prompts == []
     assert second == EnrichResult(first.texts, failed=0, cached=12)
@@ -246,9 +225,9 @@ async def test_second_run_hits_the_cache_without_calling_the_model(tmp_path: Pat
 
 async def test_only_changed_or_new_tools_are_asked_again(tmp_path: Path) -> None:
     catalog = tools(6)
-    await enrich_tools(catalog, FakeGenerator(), cache_dir=tmp_path)
+    await enrich_tools(catalog, fake_generator(), cache_dir=tmp_path)
     changed = [*catalog[:5], Tool("tool_5", "tool_5", "Now does something else."), *tools(1, "new")]
-    generator = FakeGenerator()
+    generator = fake_generator()
     result = await enrich_tools(changed, generator, cache_dir=tmp_path)
     assert [prompt_names(p) for p in generator.prompts] == [["tool_5", "new_0"]]
     assert result.cached == 5
@@ -257,13 +236,15 @@ async def test_only_changed_or_new_tools_are_asked_again(tmp_path: Path) -> None
 
 async def test_cache_is_keyed_by_generator_identity(tmp_path: Path) -> None:
     catalog = tools(4)
-    await enrich_tools(catalog, FakeGenerator(identity="vendor:model-a"), cache_dir=tmp_path)
-    other = FakeGenerator(identity="vendor:model-b")
+    await enrich_tools(catalog, fake_generator(identity="vendor:model-a"), cache_dir=tmp_path)
+    other = fake_generator(identity="vendor:model-b")
     result = await enrich_tools(catalog, other, cache_dir=tmp_path)
     assert len(other.prompts) == 1
     assert result.cached == 0
     assert len(cache_files(tmp_path)) == 2
-    back = FakeGenerator(lambda prompt: pytest.fail("model a is cached"), identity="vendor:model-a")
+    back = fake_generator(
+        lambda prompt: pytest.fail("model a is cached"), identity="vendor:model-a"
+    )
     assert (await enrich_tools(catalog, back, cache_dir=tmp_path)).cached == 4
 
 
@@ -280,17 +261,17 @@ async def test_corrupt_cache_warns_and_is_rebuilt(
     tmp_path: Path, damage: Callable[[bytes], bytes]
 ) -> None:
     catalog = tools(3)
-    await enrich_tools(catalog, FakeGenerator(), cache_dir=tmp_path)
+    await enrich_tools(catalog, fake_generator(), cache_dir=tmp_path)
     [path] = cache_files(tmp_path)
     path.write_bytes(damage(path.read_bytes()))
-    generator = FakeGenerator()
+    generator = fake_generator()
     with pytest.warns(CacheWarning, match="ignoring enrichment cache file .*rebuilt"):
         result = await enrich_tools(catalog, generator, cache_dir=tmp_path)
     assert len(generator.prompts) == 1
     assert result.cached == 0
     assert len(result.texts) == 3
     # Rebuilt: the next run reads it without a warning and without the model.
-    idle = FakeGenerator(lambda prompt: pytest.fail("the model was called"))
+    idle = fake_generator(lambda prompt: pytest.fail("the model was called"))
     assert (await enrich_tools(catalog, idle, cache_dir=tmp_path)).cached == 3
 
 
@@ -303,7 +284,7 @@ async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -
         return answer_all(prompt)
 
     before = copy.deepcopy(catalog)
-    result = await enrich_tools(catalog, FakeGenerator(flaky), cache_dir=tmp_path, batch=4)
+    result = await enrich_tools(catalog, fake_generator(flaky), cache_dir=tmp_path, batch=4)
     assert result.failed == 4
     assert set(result.texts) == {f"tool_{i}" for i in range(4, 10)}
     [reason] = result.reasons
@@ -311,7 +292,7 @@ async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -
     assert "ProviderError" in reason
     assert catalog == before
     # Failed tools are not cached: the next run asks for exactly them.
-    generator = FakeGenerator()
+    generator = fake_generator()
     again = await enrich_tools(catalog, generator, cache_dir=tmp_path, batch=4)
     assert [prompt_names(p) for p in generator.prompts] == [[f"tool_{i}" for i in range(4)]]
     assert again.cached == 6
@@ -323,7 +304,7 @@ async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -
     [RuntimeError("bug"), "not json", {"tools": "nope"}, ["a"]],
 )
 async def test_any_batch_failure_is_contained(reply: object) -> None:
-    result = await enrich_tools(tools(3), FakeGenerator(lambda p: reply), cache_dir=None)
+    result = await enrich_tools(tools(3), fake_generator(lambda p: reply), cache_dir=None)
     assert result.texts == {}
     assert result.failed == 3
     assert len(result.reasons) == 1
@@ -339,7 +320,7 @@ async def test_tools_the_model_skips_or_answers_badly_count_as_failed(tmp_path: 
             ]
         }
 
-    result = await enrich_tools(tools(3), FakeGenerator(partial), cache_dir=tmp_path)
+    result = await enrich_tools(tools(3), fake_generator(partial), cache_dir=tmp_path)
     assert result.texts == {"tool_0": "fine phrase"}
     assert result.failed == 2
     assert result.reasons == ()
@@ -348,7 +329,7 @@ async def test_tools_the_model_skips_or_answers_badly_count_as_failed(tmp_path: 
 async def test_slow_batch_times_out_in_virtual_time(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    generator = FakeGenerator(delay_s=100.0)
+    generator = fake_generator(delay_s=100.0)
     started = trio.current_time()
     result = await enrich_tools(tools(5), generator, cache_dir=None, batch=5, deadline_s=2.0)
     assert trio.current_time() - started == pytest.approx(2.0)
@@ -360,7 +341,7 @@ async def test_tool_objects_are_never_modified(tmp_path: Path) -> None:
     catalog = Catalog(tools(5))
     snapshot = copy.deepcopy(list(catalog))
     descriptions = [t.description for t in catalog]
-    result = await enrich_tools(list(catalog), FakeGenerator(), cache_dir=tmp_path)
+    result = await enrich_tools(list(catalog), fake_generator(), cache_dir=tmp_path)
     assert len(result.texts) == 5
     assert list(catalog) == snapshot
     assert [t.description for t in catalog] == descriptions
@@ -371,7 +352,7 @@ async def test_tool_objects_are_never_modified(tmp_path: Path) -> None:
 
 async def test_no_cache_dir_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = await enrich_tools(tools(2), FakeGenerator(), cache_dir=None)
+    result = await enrich_tools(tools(2), fake_generator(), cache_dir=None)
     assert len(result.texts) == 2
     assert os.listdir(tmp_path) == []
 
@@ -380,14 +361,14 @@ async def test_unwritable_cache_dir_warns_and_still_enriches(tmp_path: Path) -> 
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.warns(CacheWarning, match="cannot write enrichment cache"):
-        result = await enrich_tools(tools(2), FakeGenerator(), cache_dir=blocker)
+        result = await enrich_tools(tools(2), fake_generator(), cache_dir=blocker)
     assert len(result.texts) == 2
 
 
 async def test_empty_and_repeated_tools() -> None:
-    assert await enrich_tools([], FakeGenerator(), cache_dir=None) == EnrichResult({}, 0, 0)
+    assert await enrich_tools([], fake_generator(), cache_dir=None) == EnrichResult({}, 0, 0)
     a = Tool("a", "a", "First.")
-    generator = FakeGenerator()
+    generator = fake_generator()
     result = await enrich_tools([a, Tool("a", "a", "Second.")], generator, cache_dir=None)
     assert len(result.texts) == 1
     assert "First." in generator.prompts[0]
@@ -396,11 +377,11 @@ async def test_empty_and_repeated_tools() -> None:
 
 async def test_bad_arguments_raise() -> None:
     with pytest.raises(ValueError, match="batch"):
-        await enrich_tools(tools(1), FakeGenerator(), cache_dir=None, batch=0)
+        await enrich_tools(tools(1), fake_generator(), cache_dir=None, batch=0)
     with pytest.raises(ValueError, match="concurrency"):
-        await enrich_tools(tools(1), FakeGenerator(), cache_dir=None, concurrency=0)
+        await enrich_tools(tools(1), fake_generator(), cache_dir=None, concurrency=0)
     with pytest.raises(ValueError, match="deadline_s"):
-        await enrich_tools(tools(1), FakeGenerator(), cache_dir=None, deadline_s=-1)
+        await enrich_tools(tools(1), fake_generator(), cache_dir=None, deadline_s=-1)
 
 
 async def test_cancelled_run_still_saves_what_it_received(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -35,6 +34,7 @@ from toolroute._judge.rerank import (
 )
 from toolroute.providers import Generator, RetryPolicy
 from toolroute.providers._generators import AnthropicGenerator, OpenAICompatibleGenerator
+from toolroute.testing import ScriptedGenerator
 
 TOOLS = (
     Tool("send_email", "send_email", "Send an email message to one or more recipients."),
@@ -53,34 +53,6 @@ INJECTION = (
 )
 
 
-class FakeGenerator:
-    """Answers from a script (a reply, an exception to raise, or a function of the prompt)."""
-
-    def __init__(
-        self,
-        *replies: object,
-        identity: str = "fake:model",
-        delay_s: float = 0.0,
-    ) -> None:
-        self.identity = identity
-        self.replies: deque[object] = deque(replies)
-        self.delay_s = delay_s
-        self.prompts: list[str] = []
-        self.schemas: list[Mapping[str, Any]] = []
-
-    async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
-        self.prompts.append(prompt)
-        self.schemas.append(schema)
-        if self.delay_s:
-            await trio.sleep(self.delay_s)
-        reply = self.replies.popleft() if self.replies else {"tools": []}
-        if isinstance(reply, BaseException):
-            raise reply
-        if callable(reply):
-            return reply(prompt)
-        return reply
-
-
 def request_block(prompt: str) -> str:
     """The text inside the prompt's one request block (a line ``<request>…</request>``)."""
     [line] = [x for x in prompt.splitlines() if x.startswith("<request>")]
@@ -94,7 +66,7 @@ def request_block(prompt: str) -> str:
 
 
 def test_fake_generator_is_a_generator() -> None:
-    assert isinstance(FakeGenerator(), Generator)
+    assert isinstance(ScriptedGenerator(), Generator)
 
 
 @pytest.mark.parametrize(
@@ -300,7 +272,7 @@ def test_reranked_ranking_degraded_keeps_recall_scores_and_says_why() -> None:
 
 
 async def test_rerank_applies_known_picks_and_reports_unknown_names() -> None:
-    generator = FakeGenerator({"tools": ["get_weather", "nope", "send_email", "get_weather"]})
+    generator = ScriptedGenerator({"tools": ["get_weather", "nope", "send_email", "get_weather"]})
     result = await rerank("is it raining", TOOLS, generator, limit=3, deadline_s=5)
     assert result == RerankResult(("get_weather", "send_email"), Outcome.APPLIED, "", ("nope",))
     assert generator.schemas == [RERANK_SCHEMA]
@@ -309,18 +281,18 @@ async def test_rerank_applies_known_picks_and_reports_unknown_names() -> None:
 
 
 async def test_injected_request_cannot_select_a_non_candidate() -> None:
-    def obedient(prompt: str) -> object:
+    def obedient(prompt: str, schema: Mapping[str, Any]) -> object:
         # A model that follows the injected instruction (and also adds one real tool).
         return {"tools": ["delete_everything", "search_web"]}
 
-    generator = FakeGenerator(obedient)
+    generator = ScriptedGenerator(obedient)
     result = await rerank(INJECTION, TOOLS, generator, limit=3, deadline_s=5)
     assert result.tool_ids == ("search_web",)
     assert result.unknown == ("delete_everything",)
     block = request_block(generator.prompts[0])
     assert json.loads(block) == INJECTION
 
-    only_injected = FakeGenerator({"tools": ["delete_everything"]})
+    only_injected = ScriptedGenerator({"tools": ["delete_everything"]})
     result = await rerank(INJECTION, TOOLS, only_injected, limit=3, deadline_s=5)
     assert result.tool_ids == IDS[:3]
     assert result.outcome is Outcome.DEGRADED
@@ -330,7 +302,7 @@ async def test_injected_request_cannot_select_a_non_candidate() -> None:
 async def test_timeout_degrades_to_recall_order_in_virtual_time(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    generator = FakeGenerator({"tools": ["send_email"]}, delay_s=60.0)
+    generator = ScriptedGenerator({"tools": ["send_email"]}, delay=60.0)
     started = trio.current_time()
     result = await rerank("mail bob", TOOLS, generator, limit=2, deadline_s=1.5)
     assert trio.current_time() - started == pytest.approx(1.5)
@@ -338,7 +310,7 @@ async def test_timeout_degrades_to_recall_order_in_virtual_time(
 
 
 async def test_answer_within_the_deadline_is_used(autojump_clock: trio.testing.MockClock) -> None:
-    generator = FakeGenerator({"tools": ["send_email"]}, delay_s=1.0)
+    generator = ScriptedGenerator({"tools": ["send_email"]}, delay=1.0)
     result = await rerank("mail bob", TOOLS, generator, limit=2, deadline_s=1.5)
     assert result.tool_ids == ("send_email",)
     assert result.outcome is Outcome.APPLIED
@@ -349,14 +321,16 @@ async def test_answer_within_the_deadline_is_used(autojump_clock: trio.testing.M
     [ProviderError("HTTP 429", status=429, retryable=True), RuntimeError("bug"), ValueError()],
 )
 async def test_any_generator_error_degrades_to_recall_order(error: Exception) -> None:
-    result = await rerank("mail bob", TOOLS, FakeGenerator(error), limit=3, deadline_s=5)
+    result = await rerank("mail bob", TOOLS, ScriptedGenerator(error=error), limit=3, deadline_s=5)
     assert result.tool_ids == IDS[:3]
     assert result.outcome is Outcome.DEGRADED
     assert result.reason.startswith(f"rerank failed: {type(error).__name__}")
 
 
 async def test_empty_pick_degrades() -> None:
-    result = await rerank("mail bob", TOOLS, FakeGenerator({"tools": []}), limit=3, deadline_s=5)
+    result = await rerank(
+        "mail bob", TOOLS, ScriptedGenerator({"tools": []}), limit=3, deadline_s=5
+    )
     assert result.outcome is Outcome.DEGRADED
     assert result.tool_ids == IDS[:3]
 
@@ -372,7 +346,7 @@ async def test_empty_pick_degrades() -> None:
 async def test_nothing_to_judge_skips_the_call(
     query: str, candidates: tuple[Tool, ...], limit: int, reason: str
 ) -> None:
-    generator = FakeGenerator({"tools": ["send_email"]})
+    generator = ScriptedGenerator({"tools": ["send_email"]})
     result = await rerank(query, candidates, generator, limit=limit, deadline_s=5)
     assert result == RerankResult(tuple(t.id for t in candidates)[:limit], Outcome.SKIPPED, reason)
     assert generator.prompts == []
@@ -380,15 +354,15 @@ async def test_nothing_to_judge_skips_the_call(
 
 async def test_bad_arguments_raise() -> None:
     with pytest.raises(ValueError, match="limit"):
-        await rerank("q", TOOLS, FakeGenerator(), limit=-1, deadline_s=1)
+        await rerank("q", TOOLS, ScriptedGenerator(), limit=-1, deadline_s=1)
     with pytest.raises(ValueError, match="deadline_s"):
-        await rerank("q", TOOLS, FakeGenerator(), limit=1, deadline_s=float("nan"))
+        await rerank("q", TOOLS, ScriptedGenerator(), limit=1, deadline_s=float("nan"))
 
 
 async def test_the_callers_cancel_scope_still_cancels(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    generator = FakeGenerator({"tools": ["send_email"]}, delay_s=60.0)
+    generator = ScriptedGenerator({"tools": ["send_email"]}, delay=60.0)
     with trio.move_on_after(1.0) as scope:
         await rerank("mail bob", TOOLS, generator, limit=2, deadline_s=30)
     assert scope.cancelled_caught

@@ -29,6 +29,7 @@ from toolroute._core.decision import (
 from toolroute._core.decision_limits import DecisionLimits
 from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute._routing.pipeline import RoutingConfig, RoutingOutcome, route_servers
+from toolroute.testing import ScriptedGenerator
 
 #: The issue asks for at least 1,000 examples per property in CI.
 EXAMPLES = 1000 if os.environ.get("CI") else 100
@@ -47,8 +48,13 @@ ANSWER = st.one_of(
 )
 
 
-class ScriptedDecider:
-    """Answers per position, or fails in one of the ``MODES``; records what it returned."""
+class AdversarialDecider:
+    """Answers per position, or fails in one of the ``MODES``; records what it returned.
+
+    Not ``toolroute.testing.ScriptedDecider``: these modes are what the properties vary (a
+    hang in some batches, batches finishing out of order, answers under shuffled, foreign or
+    injected ids), and the oracle reads exactly what was returned.
+    """
 
     name = "scripted"
 
@@ -122,14 +128,14 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
 
 def run(
     case: dict[str, Any], query: str, *, window: int = 4
-) -> tuple[RoutingOutcome, ScriptedDecider, float]:
+) -> tuple[RoutingOutcome, AdversarialDecider, float]:
     ids: list[str] = case["ids"]
     servers = [Server(i, f"does {i}", (f"{i}_tool",)) for i in ids]
     config = RoutingConfig(
         always_include=tuple(ids[i] for i in case["always"]),
         max_servers=case["max_servers"],
     )
-    decider = ScriptedDecider(case["script"], case["mode"], case["cap"], case["seed"])
+    decider = AdversarialDecider(case["script"], case["mode"], case["cap"], case["seed"])
 
     async def main() -> tuple[RoutingOutcome, float]:
         start = trio.current_time()
@@ -203,18 +209,12 @@ def test_every_call_ends_by_its_deadline(
     ids = [f"s{i}" for i in range(n)]
     servers = [Server(i) for i in ids]
     config = RoutingConfig(deadline_s=deadline_s, decision_deadline_s=decision_deadline_s)
-    decider = ScriptedDecider([0.0] * n, mode, 3, 1)
-
-    class HangingGenerator:
-        identity = "hang"
-
-        async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
-            await trio.sleep_forever()
+    decider = AdversarialDecider([0.0] * n, mode, 3, 1)
 
     async def main() -> tuple[RoutingOutcome, float]:
         start = trio.current_time()
         result = await route_servers(
-            "q", servers, decider=decider, generator=HangingGenerator(), config=config
+            "q", servers, decider=decider, generator=ScriptedGenerator(hang=True), config=config
         )
         return result, trio.current_time() - start
 
@@ -234,15 +234,11 @@ def test_the_generator_never_drops_pinned_or_uncapped_servers(
     routable = [i for i in ids if i not in always]
     config = RoutingConfig(always_include=tuple(sorted(always)), max_servers=case["max_servers"])
 
-    class PickingGenerator:
-        identity = "pick"
-
-        async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
-            return {"servers": picks}
+    generator = ScriptedGenerator({"servers": picks})
 
     async def main() -> RoutingOutcome:
         return await route_servers(
-            "q", [Server(i) for i in ids], generator=PickingGenerator(), config=config
+            "q", [Server(i) for i in ids], generator=generator, config=config
         )
 
     result = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -180,3 +180,43 @@ def test_generator_answers_records_and_fails() -> None:
     assert fixed.prompts == ["route"]
     assert fixed.schemas == [{"type": "object"}]
     assert fixed.identity == "scripted-generator"
+
+
+def test_decider_adds_unasked_answers_but_never_over_asked_ids() -> None:
+    decider = ScriptedDecider(
+        {"a": 0.3},
+        default=None,
+        unasked={"stray": BooleanAnswer(0.0), "a": BooleanAnswer(0.9), "b": BooleanAnswer(0.1)},
+    )
+    result = run(lambda: decider.decide(request(a=BooleanQuestion("A?"), b=BooleanQuestion("B?"))))
+    # "a" keeps its scripted answer; "b" was asked and left unanswered, so it stays so.
+    assert result.answers == {"a": BooleanAnswer(0.3), "stray": BooleanAnswer(0.0)}
+
+
+def test_generator_raises_an_answer_that_is_an_exception() -> None:
+    def some_fail(prompt: str, schema: Any) -> object:
+        return ValueError(f"no answer to {prompt}") if prompt == "bad" else {"ok": prompt}
+
+    generator = ScriptedGenerator(some_fail)
+
+    async def main() -> object:
+        with pytest.raises(ValueError, match="no answer to bad"):
+            await generator.generate_json("bad", {})
+        with pytest.raises(KeyError):
+            await ScriptedGenerator(KeyError("fixed")).generate_json("any", {})
+        return await generator.generate_json("good", {})
+
+    assert run(main) == {"ok": "good"}
+    assert (generator.prompts, generator.in_flight) == (["bad", "good"], 0)
+
+
+def test_generator_counts_the_calls_in_flight() -> None:
+    generator = ScriptedGenerator({"done": True}, delay=1.0)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(generator.generate_json, "p", {})
+
+    run(main)
+    assert (generator.peak, generator.in_flight) == (3, 0)

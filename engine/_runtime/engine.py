@@ -59,6 +59,7 @@ from .decision_service import DecisionService, ServerRouter
 from .hub import EventHub
 from .recall import QueryBatcher
 from .supervisor import run_supervised
+from .workers import SHUTDOWN_GRACE_S, EngineClosing, WorkerCalls, run_in_thread
 
 if TYPE_CHECKING:
     from ..providers import Decider, Embedder, Generator
@@ -69,11 +70,6 @@ _DEFAULT: Any = object()
 #: Catalogues at least this large are scored in a worker thread (about 1 ms of numpy work
 #: per request at this size; below it the thread hop costs more than it saves).
 _SCORE_IN_THREAD_FROM = 20_000
-
-
-async def run_in_thread(fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter) -> T:
-    """The default CPU seam: a worker thread the caller may abandon when cancelled."""
-    return await trio.to_thread.run_sync(fn, *args, limiter=limiter, abandon_on_cancel=True)
 
 
 @attrs.frozen
@@ -112,7 +108,7 @@ class Engine:
         config: EngineConfig,
         embedder: Embedder | None,
         hub: EventHub,
-        run_cpu: RunCpu,
+        workers: WorkerCalls,
         *,
         tool_sets: Sequence[ToolSet] = (),
         dedup: DedupResult | None = None,
@@ -122,7 +118,8 @@ class Engine:
         self.config = config
         self._embedder = embedder
         self._hub = hub
-        self._run_cpu = run_cpu
+        self._run_cpu = workers.run
+        self._closing = lambda: workers.closing
         self._cpu = trio.CapacityLimiter(2)
         self._key = new_query_key()  # queries appear in events only as an HMAC
         self._tool_sets = tuple(tool_sets)  # checked by open_engine
@@ -717,6 +714,8 @@ class Engine:
         counts: list[int] = []
 
         def progress(done: int, total: int) -> None:
+            if self._closing():
+                raise EngineClosing("warm-up stopped: the engine is shutting down")
             counts.append(total)
             # Thread-safe hop back to the trio thread; publish never blocks there.
             token.run_sync_soon(self._hub.publish, WarmupProgress(done=done, total=total))
@@ -819,8 +818,9 @@ async def open_engine(
 
         decider = default_decider()
     hub = EventHub()
+    workers = WorkerCalls(run_cpu)
     dedup, failure = await dedupe_catalog(
-        catalog, config, embedder, run_cpu, trio.CapacityLimiter(1)
+        catalog, config, embedder, workers.run, trio.CapacityLimiter(1)
     )
     if failure:
         hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
@@ -832,7 +832,7 @@ async def open_engine(
                 config,
                 embedder,
                 hub,
-                run_cpu,
+                workers,
                 tool_sets=tool_sets,
                 dedup=dedup,
                 decider=decider,
@@ -841,7 +841,7 @@ async def open_engine(
             if embedder is not None:
                 engine._batcher = QueryBatcher(
                     lambda: engine.index._query_vectors,  # the current snapshot's embedding
-                    run_cpu,
+                    workers.run,
                     max_batch=max(1, int(embedder.max_batch)),
                     limiter=engine._cpu,
                 )
@@ -867,9 +867,6 @@ async def open_engine(
                 if engine._batcher is not None:
                     engine._batcher.close()
                 hub.close()
-                if owned_decider and decider is not None:
-                    with trio.CancelScope(shield=True):
-                        await decider.aclose()  # type: ignore[attr-defined]
     except BaseExceptionGroup as group:
         # The nursery is an internal detail: callers see their own error, or EngineCrashed.
         crashed = group.subgroup(EngineCrashed)
@@ -878,3 +875,10 @@ async def open_engine(
         if body_error is not None and group.exceptions == (body_error,):
             raise body_error from None
         raise
+    finally:
+        # Every task of the engine has ended; model calls they abandoned may still run in
+        # worker threads. Wait for them (bounded), so none outlives the block.
+        await workers.aclose()
+        if owned_decider and decider is not None:
+            with trio.move_on_after(SHUTDOWN_GRACE_S, shield=True):
+                await decider.aclose()  # type: ignore[attr-defined]

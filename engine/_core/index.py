@@ -19,6 +19,7 @@ from .keyword import KeywordIndex
 from .outcome import Outcome
 from .policy import Policy, select
 from .selection import Ranking, Selection
+from .stores import EmbeddingStore
 from .text import embedding_text, keyword_document, split_identifier, tokenize
 from .toolsets import ToolSet
 from .vectors import VectorIndex, top_k
@@ -306,7 +307,7 @@ class ToolIndex:
 def embed_with_cache(
     embedder: Embedder,
     texts: Sequence[str],
-    cache: EmbeddingCache | None,
+    cache: EmbeddingStore | None,
     progress: Progress | None = None,
     step: int | None = None,
 ) -> npt.NDArray[np.float32]:

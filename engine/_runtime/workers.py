@@ -11,6 +11,7 @@ already inside ``fn``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
@@ -96,10 +97,9 @@ class WorkerCalls:
             finally:
                 with call.lock:
                     call.state = "done"
-                try:
+                # After the run is over nobody is counting any more.
+                with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(self._finished)
-                except trio.RunFinishedError:
-                    pass  # the run is over: nobody is counting any more
 
         self._started()
         try:

@@ -78,6 +78,8 @@ class MemorySessionStore:
         finally:
             entry.holders -= 1
             entry.state.last_seen = self._clock()
+            if self._sessions.get(session) is entry:
+                self._sessions.move_to_end(session)  # in use until now: the most recent
             self._trim()
 
     def update_nowait(self, session: str, change: Callable[[SessionState], None]) -> None:

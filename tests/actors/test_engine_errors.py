@@ -70,8 +70,8 @@ async def test_engine_crashed_comes_from_the_group(autojump_clock: trio.testing.
         async with open_engine(
             TOOLS, config=config, embedder=HashingEmbedder(), run_cpu=inline
         ) as engine:
-            assert engine._recall.batcher is not None
-            engine._recall.batcher._embed_batch = broken  # type: ignore[assignment]
+            assert engine._selector._recall.batcher is not None
+            engine._selector._recall.batcher._embed_batch = broken  # type: ignore[assignment]
             await engine.ready()
             await engine.select("weather")
             await trio.sleep_forever()

@@ -70,8 +70,8 @@ async def test_engine_survives_a_batcher_crash(autojump_clock: trio.testing.Mock
     async with open_engine(
         TOOLS, config=config, embedder=HashingEmbedder(), run_cpu=inline
     ) as engine:
-        assert engine._recall.batcher is not None
-        batcher = engine._recall.batcher
+        assert engine._selector._recall.batcher is not None
+        batcher = engine._selector._recall.batcher
         real = batcher._embed_batch
         crashes = [1]
 
@@ -114,8 +114,8 @@ async def test_engine_crash_surfaces_as_engine_crashed(
         async with open_engine(
             TOOLS, config=config, embedder=HashingEmbedder(), run_cpu=inline
         ) as engine:
-            assert engine._recall.batcher is not None
-            engine._recall.batcher._embed_batch = broken
+            assert engine._selector._recall.batcher is not None
+            engine._selector._recall.batcher._embed_batch = broken
             for _ in range(5):
                 await engine.select("weather")
                 await trio.sleep(0.1)

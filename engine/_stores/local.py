@@ -44,13 +44,16 @@ def local_stores(config: EngineConfig, given: Stores | None = None) -> EngineSto
     enrichment = given.enrichment
     if enrichment is None and directory is not None:
         enrichment = EnrichmentCache(directory / "enrichment")
-    sessions = given.sessions or MemorySessionStore(
-        max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
-    )
+    # ``is None``, not ``or``: an empty store has length 0, so it is falsy.
+    sessions = given.sessions
+    if sessions is None:
+        sessions = MemorySessionStore(
+            max_sessions=config.sessions.max_sessions, idle_s=config.sessions.idle_s
+        )
     memory = config.routing_session
-    routing = given.routing or MemoryRoutingCache[object](
-        entries=memory.cache_entries, ttl_s=memory.cache_ttl_s
-    )
+    routing = given.routing
+    if routing is None:
+        routing = MemoryRoutingCache[object](entries=memory.cache_entries, ttl_s=memory.cache_ttl_s)
     return EngineStores(
         embeddings=embeddings, enrichment=enrichment, sessions=sessions, routing=routing
     )

@@ -329,6 +329,10 @@ async def open_engine(
 ) -> AsyncIterator[AsyncioEngine]:
     """``toolroute.open_engine`` for a running asyncio loop; same arguments.
 
+    Args:
+        catalog, config, embedder, run_cpu, tool_sets, decider, generator, stores: as
+            ``toolroute.open_engine``.
+
     Yields:
         An ``AsyncioEngine``.
 
@@ -336,6 +340,8 @@ async def open_engine(
         As ``toolroute.open_engine``, in the asyncio caller.
 
     **Cancellation:** cancelling the task in the block cancels it like any asyncio block.
+
+    **Fail-open:** as ``toolroute.open_engine``.
 
     **Resource handling:** leaving the block closes the engine; the guest run stops with the
     last engine on its loop.

@@ -96,6 +96,9 @@ async def open_engine(
 
     **Cancellation:** the caller's cancel scope cancels the block like any other.
 
+    **Fail-open:** if dedup fails every tool is served; if warm-up fails the engine serves
+    keyword-only (``degraded``, with a ``fail_open`` event); neither raises.
+
     **Resource handling:** leaving the block cancels every service, closes every
     subscription, waits (at most ``SHUTDOWN_GRACE_S`` seconds) for model calls still running
     in worker threads so that none outlives the block, and closes the connections of a

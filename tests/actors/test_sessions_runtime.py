@@ -83,3 +83,36 @@ async def test_a_session_in_use_is_not_evicted_and_keeps_its_steps_updates(
             await engine.prepare_step(user("read a file"), session="b")
         later = await engine.prepare_step(user("read a file"), session="a")
     assert later.active_sets == ("travel",)  # the step's update was not lost
+
+
+async def test_a_step_cancelled_mid_flight_releases_its_session(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from toolroute._core.stores import Stores
+    from toolroute._stores.sessions import MemorySessionStore
+
+    sessions = MemorySessionStore(max_sessions=1)
+    config = EngineConfig(
+        cache=False, warmup=WarmupConfig(wait=True), deadlines=Deadlines(embed_s=30)
+    )
+    async with open_engine(
+        TOOLS,
+        config=config,
+        embedder=HashingEmbedder(),
+        run_cpu=slow_for("slowly", 5.0),
+        tool_sets=[TRAVEL],
+        stores=Stores(sessions=sessions),
+    ) as engine:
+        with trio.move_on_after(1) as scope:
+            await engine.prepare_step(
+                user("send an email slowly"), session="a", force_sets=["travel"]
+            )
+        assert scope.cancelled_caught
+        entry = sessions._sessions["a"]
+        assert entry.holders == 0  # not held any more: "b" may now evict "a"
+        assert not entry.lock.locked()
+        step = await engine.prepare_step(user("read a file"), session="a")
+        assert step.active_sets == ("travel",)  # what the cancelled step had applied stays
+        await engine.prepare_step(user("read a file"), session="b")
+    assert "a" not in sessions
+    assert len(sessions) == 1

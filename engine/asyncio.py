@@ -192,6 +192,7 @@ def _forward(
     async def forward(self: AsyncioEngine, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._host.call(getattr(self.engine, name), *args, **kwargs)
 
+    forward.__qualname__ = f"AsyncioEngine.{name}"  # tracebacks name the asyncio side
     return forward
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import trio
 
 from .._core.catalog import Tool
@@ -207,7 +208,7 @@ class CatalogKeeper:
         started = time.perf_counter()
         token = trio.lowlevel.current_trio_token()
         first = self.snapshot.index
-        catalog, texts = first.catalog, first.embedding_texts()
+        catalog = first.catalog
         counts: list[int] = []
         workers = self._workers
 
@@ -221,9 +222,9 @@ class CatalogKeeper:
 
         try:
             vectors = await workers.run(
-                embed_with_cache,
+                _embed_index,
                 embedder,
-                texts,
+                first,
                 self._embeddings,
                 progress,
                 self._config.warmup.batch,
@@ -253,3 +254,15 @@ class CatalogKeeper:
                 reason=reason,
             )
         )
+
+
+def _embed_index(
+    embedder: Embedder,
+    index: ToolIndex,
+    cache: EmbeddingStore | None,
+    progress: Callable[[int, int], None],
+    batch: int,
+) -> npt.NDArray[np.float32]:
+    """``index``'s tool vectors; in the worker thread, texts included (building the texts
+    of a large catalogue takes a noticeable slice of a second: not on the event loop)."""
+    return embed_with_cache(embedder, index.embedding_texts(), cache, progress, batch)

@@ -23,24 +23,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
 import trio
 
-from ._core.catalog import Catalog, Tool
-from ._core.decision import DecisionRequest, DecisionResult
+from ._core.catalog import Catalog
+from ._core.config import EngineConfig
+from ._core.dedup import DedupResult
+from ._core.protocols import Decider, Embedder, Generator
 from ._core.public import publish as _publish
-from ._core.selection import Selection
-from ._routing.pipeline import RoutingOutcome
-from ._runtime.engine import Engine, StepSelection
+from ._core.stores import Stores
+from ._core.toolsets import ToolSet
+from ._routing.pipeline import route_servers as trio_route_servers
+from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine
+from ._runtime.hub import Delivery
+from ._runtime.stateless import decide as trio_decide
+from ._runtime.stateless import try_decide as trio_try_decide
+from ._runtime.tool_index import ToolIndex
+from ._runtime.workers import RunCpu, run_in_thread
 
-__all__ = ["AsyncioEngine", "open_engine"]
+__all__ = ["AsyncioEngine", "decide", "open_engine", "route_servers", "try_decide"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GuestRun] = (
     weakref.WeakKeyDictionary()
@@ -121,96 +132,235 @@ class _GuestRun:
             self._token.run_sync_soon(self._stop.set)
         await self._done
 
+    @contextlib.asynccontextmanager
+    async def entered(
+        self, manager: Callable[[], AbstractAsyncContextManager[T]]
+    ) -> AsyncIterator[T]:
+        """Enter ``manager()`` in trio and keep it entered while the asyncio block runs."""
+        opened: asyncio.Future[T] = self.loop.create_future()
+        close = trio.Event()
 
-def _asyncio_error(exc: BaseException) -> BaseException:
-    return asyncio.CancelledError() if isinstance(exc, trio.Cancelled) else exc
+        async def keep_open() -> None:
+            async with manager() as value:
+                opened.set_result(value)
+                await close.wait()
 
-
-class AsyncioEngine:
-    """The ``Engine`` operations as asyncio awaitables."""
-
-    def __init__(self, host: _GuestRun, engine: Engine) -> None:
-        self._host = host
-        self.engine = engine
-
-    @property
-    def catalog(self) -> Catalog:
-        return self.engine.catalog
-
-    async def ready(self) -> None:
-        await self._host.call(self.engine.ready)
-
-    async def select(self, query: str, **options: Any) -> Selection:
-        return await self._host.call(self.engine.select, query, **options)
-
-    async def prepare_step(
-        self, messages: Sequence[Mapping[str, Any]], *, session: str | None = None, **sets: Any
-    ) -> StepSelection:
-        """As ``Engine.prepare_step``; ``sets`` are ``force_sets`` and ``release_sets``."""
-        return await self._host.call(self.engine.prepare_step, messages, session=session, **sets)
-
-    def release_sets(self, session: str, names: Iterable[str]) -> None:
-        self.engine.release_sets(session, names)
-
-    async def decide(self, request: DecisionRequest, **options: Any) -> DecisionResult:
-        return await self._host.call(self.engine.decide, request, **options)
-
-    async def try_decide(self, request: DecisionRequest, **options: Any) -> DecisionResult | None:
-        return await self._host.call(self.engine.try_decide, request, **options)
-
-    async def route_servers(
-        self, query: str | Sequence[Mapping[str, Any]], **options: Any
-    ) -> RoutingOutcome:
-        return await self._host.call(self.engine.route_servers, query, **options)
-
-    async def search_tools(
-        self, arguments: object, *, session: str | None = None
-    ) -> dict[str, Any]:
-        return await self._host.call(self.engine.search_tools, arguments, session=session)
-
-    async def update(
-        self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
-    ) -> None:
-        await self._host.call(self.engine.update, add=add, remove=remove, replace=replace)
+        serving = asyncio.ensure_future(self.call(keep_open))
+        try:
+            waiting: set[asyncio.Future[Any]] = {opened, serving}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if serving in done:
+                serving.result()  # entering failed: raise its error here
+            yield opened.result()
+        finally:
+            if self._token is not None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    self._token.run_sync_soon(close.set)
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
 
 
 @contextlib.asynccontextmanager
-async def open_engine(catalog: Catalog, **options: Any) -> AsyncIterator[AsyncioEngine]:
-    """``toolroute.open_engine`` for a running asyncio loop; same arguments.
-
-    **Resource handling:** leaving the block closes the engine; the guest run stops with the
-    last engine on its loop.
-    """
+async def _guest() -> AsyncIterator[_GuestRun]:
+    """The running loop's guest run, started for this block if it has none yet."""
     loop = asyncio.get_running_loop()
     host = _hosts.get(loop)
     if host is None:
         host = _hosts[loop] = _GuestRun(loop)
         await host.start()
     host.users += 1
-    opened: asyncio.Future[Engine] = loop.create_future()
-    close = trio.Event()
-
-    async def keep_open() -> None:
-        async with open_trio_engine(catalog, **options) as engine:
-            opened.set_result(engine)
-            await close.wait()
-
-    serving = asyncio.ensure_future(host.call(keep_open))
     try:
-        waiting: set[asyncio.Future[Any]] = {opened, serving}
-        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        if serving in done:
-            serving.result()  # opening failed: raise its error here
-        yield AsyncioEngine(host, opened.result())
+        yield host
     finally:
-        if host._token is not None:
-            host._token.run_sync_soon(close.set)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
         host.users -= 1
         if host.users == 0:
             del _hosts[loop]
             await host.stop()
+
+
+def _asyncio_error(exc: BaseException) -> BaseException:
+    return asyncio.CancelledError() if isinstance(exc, trio.Cancelled) else exc
+
+
+def _forward(
+    method: Callable[Concatenate[Engine, P], Awaitable[T]],
+) -> Callable[Concatenate[AsyncioEngine, P], Coroutine[Any, Any, T]]:
+    """``Engine.<method>`` as an asyncio coroutine method with the same signature and
+    docstring: written once, so the two surfaces cannot drift."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def forward(self: AsyncioEngine, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._host.call(getattr(self.engine, name), *args, **kwargs)
+
+    forward.__qualname__ = f"AsyncioEngine.{name}"  # tracebacks name the asyncio side
+    return forward
+
+
+def _in_guest(function: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """A stateless trio entry point as an asyncio coroutine function, same signature."""
+
+    @functools.wraps(function)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        async with _guest() as host:
+            return await host.call(function, *args, **kwargs)
+
+    return run
+
+
+class _Deliveries:
+    """A subscription's deliveries as an asyncio async iterator."""
+
+    def __init__(self, host: _GuestRun, channel: trio.MemoryReceiveChannel[Delivery]) -> None:
+        self._host = host
+        self._channel = channel
+
+    def __aiter__(self) -> _Deliveries:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        try:
+            return await self._host.call(self._channel.receive)
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+
+class AsyncioEngine:
+    """Every ``Engine`` operation, for asyncio: coroutines for the async ones (cancelling
+    the awaitable cancels the trio work), the rest as they are (same thread).
+
+    The coroutine methods are generated from ``Engine``'s: same names, same parameters, same
+    docstrings (read "the caller's cancel scope" as "cancelling the awaitable").
+    """
+
+    def __init__(self, host: _GuestRun, engine: Engine) -> None:
+        self._host = host
+        #: The trio ``Engine`` behind this one.
+        self.engine = engine
+
+    @property
+    def config(self) -> EngineConfig:
+        """As ``Engine.config``."""
+        return self.engine.config
+
+    @property
+    def catalog(self) -> Catalog:
+        """As ``Engine.catalog``."""
+        return self.engine.catalog
+
+    @property
+    def index(self) -> ToolIndex:
+        """As ``Engine.index``."""
+        return self.engine.index
+
+    @property
+    def dedup(self) -> DedupResult:
+        """As ``Engine.dedup``."""
+        return self.engine.dedup
+
+    @property
+    def tool_sets(self) -> tuple[ToolSet, ...]:
+        """As ``Engine.tool_sets``."""
+        return self.engine.tool_sets
+
+    @property
+    def decider(self) -> Decider | None:
+        """As ``Engine.decider``."""
+        return self.engine.decider
+
+    @functools.wraps(Engine.providers_of)
+    def providers_of(self, tool_id: str) -> tuple[str, ...]:
+        return self.engine.providers_of(tool_id)
+
+    @functools.wraps(Engine.release_sets)
+    def release_sets(self, session: str, names: Any) -> None:
+        self.engine.release_sets(session, names)
+
+    def subscribe(
+        self, buffer: int | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
+        """As ``Engine.subscribe``, from asyncio::
+
+            async with engine.subscribe(buffer=64) as deliveries:
+                async for delivery in deliveries:
+                    print(delivery.dropped, to_json(delivery.event))
+
+        The subscriber's buffer and its drop count work as in trio: a slow asyncio consumer
+        loses events (counted), it never slows the engine.
+        """
+        return self._subscription(buffer)
+
+    @contextlib.asynccontextmanager
+    async def _subscription(self, buffer: int | None) -> AsyncIterator[AsyncIterator[Delivery]]:
+        # A user of the guest run of its own: a consumer still draining keeps it alive.
+        async with (
+            _guest() as host,
+            host.entered(lambda: self.engine.subscribe(buffer)) as channel,
+        ):
+            yield _Deliveries(host, channel)
+
+    ready = _forward(Engine.ready)
+    select = _forward(Engine.select)
+    prepare_step = _forward(Engine.prepare_step)
+    update = _forward(Engine.update)
+    decide = _forward(Engine.decide)
+    try_decide = _forward(Engine.try_decide)
+    route_servers = _forward(Engine.route_servers)
+    search_tools = _forward(Engine.search_tools)
+
+
+#: ``toolroute.route_servers`` for asyncio (same arguments; a guest run for the call).
+route_servers = _in_guest(trio_route_servers)
+#: ``toolroute.decide`` for asyncio.
+decide = _in_guest(trio_decide)
+#: ``toolroute.try_decide`` for asyncio.
+try_decide = _in_guest(trio_try_decide)
+
+
+@contextlib.asynccontextmanager
+async def open_engine(
+    catalog: Catalog,
+    *,
+    config: EngineConfig | None = None,
+    embedder: Embedder | None = _DEFAULT,
+    run_cpu: RunCpu = run_in_thread,
+    tool_sets: Sequence[ToolSet] = (),
+    decider: Decider | None = _DEFAULT,
+    generator: Generator | None = None,
+    stores: Stores | None = None,
+) -> AsyncIterator[AsyncioEngine]:
+    """``toolroute.open_engine`` for a running asyncio loop; same arguments.
+
+    Args:
+        catalog, config, embedder, run_cpu, tool_sets, decider, generator, stores: as
+            ``toolroute.open_engine``.
+
+    Yields:
+        An ``AsyncioEngine``.
+
+    Raises:
+        As ``toolroute.open_engine``, in the asyncio caller.
+
+    **Cancellation:** cancelling the task in the block cancels it like any asyncio block.
+
+    **Fail-open:** as ``toolroute.open_engine``.
+
+    **Resource handling:** leaving the block closes the engine; the guest run stops with the
+    last engine on its loop.
+    """
+    opening = functools.partial(
+        open_trio_engine,
+        catalog,
+        config=config,
+        embedder=embedder,
+        run_cpu=run_cpu,
+        tool_sets=tool_sets,
+        decider=decider,
+        generator=generator,
+        stores=stores,
+    )
+    async with _guest() as host, host.entered(opening) as engine:
+        yield AsyncioEngine(host, engine)
 
 
 _publish(__name__, globals())

@@ -11,7 +11,7 @@ import trio.lowlevel
 
 from .._core.catalog import Catalog
 from .._core.config import EngineConfig, WarmupConfig
-from .._core.events import to_json
+from .._core.events import StepFinished, to_json
 from .._runtime.engine import Engine, open_engine
 
 USER = (
@@ -74,7 +74,7 @@ async def converse(engine: Engine, write: Callable[[str], None], json_lines: boo
                 event = delivery.event
                 if json_lines:
                     write(to_json(event))
-                elif event.type == "step.finished":
+                elif isinstance(event, StepFinished):
                     shown = "every tool" if event.tool_ids is None else ", ".join(event.tool_ids)
                     write(
                         f"  event {event.type}: page {event.page}, {event.outcome}, "

@@ -6,17 +6,10 @@ they need each tool (synonyms, slang, abbreviations). The phrases feed **recall 
 keyword documents and the embedding texts (``ToolIndex(extra_text=...)``). ``Tool`` objects,
 and so the definitions the agent's model is shown, never change.
 
-Phrases are cached on disk per generator identity, keyed by a hash of each tool's text, so a
-tool is enriched once across runs and again only when its definition changes. File
-(``<cache_dir>/enrichment/<sha256(identity)>.json``)::
-
-    {"format": "toolroute-enrichment", "version": 1, "identity": "...",
-     "sha256": "<sha256 of the entries' JSON as written>", "entries": {key: [phrase, ...]}}
-
-Writers merge with the file under an advisory lock and replace it atomically (temporary file,
-fsync, ``os.replace``), as the embedding cache does. A file that does not parse, fails its
-checksum or belongs to another identity or version is ignored with a ``CacheWarning`` and
-rebuilt by the next write; an unwritable directory costs only the cache.
+Phrases are kept in an ``EnrichmentStore`` (``toolroute._core.stores``) per generator
+identity, keyed by a hash of each tool's text (``enrichment_key``), so a tool is enriched once
+across runs and again only when its definition changes. The local store is a file per
+identity (``toolroute._stores.enrichment_cache``).
 
 Enrichment fails open: a batch whose call fails, times out or answers garbage leaves its tools
 without extra text (counted in ``EnrichResult.failed``) and is asked again on the next run.
@@ -27,9 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -37,23 +28,20 @@ import trio
 
 from .._core.catalog import Tool
 from .._core.index import brief
+from .._core.stores import EnrichmentStore
 from .._core.text import tool_text
-from .._stores.embedding_cache import CacheWarning, _file_lock, _write_atomically
 from .rerank import one_line, quote_data
 
 if TYPE_CHECKING:
     from .._core.protocols import Generator
 
-#: File format; bump ``VERSION`` when the prompt changes enough to re-enrich every tool.
-FORMAT: Final = "toolroute-enrichment"
-VERSION: Final = 1
 #: Phrases kept per tool, and the longest phrase (characters, cut at a word).
 MAX_PHRASES: Final = 8
 MAX_PHRASE_CHARS: Final = 80
 #: Longest one-line description shown to the model per tool.
 MAX_DESCRIPTION_CHARS: Final = 400
-#: Entries kept per identity file; the oldest are dropped first.
-MAX_ENTRIES: Final = 100_000
+#: Seconds a cancelled run may spend saving the phrases it already received.
+SAVE_GRACE_S: Final = 5.0
 #: Joins a tool's phrases into its extra recall text.
 SEPARATOR: Final = "; "
 #: What ``generate_json`` is asked to return.
@@ -206,109 +194,6 @@ def extra_text(phrases: Sequence[str]) -> str:
     return SEPARATOR.join(phrases)
 
 
-# -- the disk cache ---------------------------------------------------------------------------
-
-
-def _entries_json(entries: Mapping[str, Sequence[str]]) -> str:
-    return json.dumps(
-        {key: list(value) for key, value in entries.items()},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-
-
-def encode_entries(identity: str, entries: Mapping[str, Sequence[str]]) -> bytes:
-    """The file bytes holding ``entries`` (key → phrases) for ``identity``."""
-    body = _entries_json(entries)
-    checksum = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
-    head = json.dumps(
-        {"format": FORMAT, "version": VERSION, "identity": identity, "sha256": checksum},
-        ensure_ascii=False,
-    )
-    return (head[:-1] + ', "entries": ' + body + "}\n").encode("utf-8", "surrogatepass")
-
-
-def decode_entries(data: bytes, identity: str) -> dict[str, tuple[str, ...]] | str:
-    """The entries in ``data``, or a sentence saying why they cannot be used."""
-    try:
-        document = json.loads(data.decode("utf-8", "surrogatepass"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return f"it is not JSON ({type(exc).__name__})"
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        return f"it is not a {FORMAT} file"
-    if document.get("version") != VERSION:
-        return f"it has format version {document.get('version')!r}, expected {VERSION}"
-    if document.get("identity") != identity:
-        return f"it belongs to generator {document.get('identity')!r}, expected {identity!r}"
-    entries = document.get("entries")
-    if not isinstance(entries, dict) or not all(
-        isinstance(value, list) and all(isinstance(p, str) for p in value)
-        for value in entries.values()
-    ):
-        return "its entries are malformed"
-    checksum = hashlib.sha256(_entries_json(entries).encode("utf-8", "surrogatepass")).hexdigest()
-    if document.get("sha256") != checksum:
-        return "its checksum does not match its contents (corrupted)"
-    return {key: tuple(value) for key, value in entries.items()}
-
-
-class EnrichmentStore:
-    """One generator identity's phrases on disk. Synchronous; never raises for I/O trouble
-    (``CacheWarning`` instead)."""
-
-    def __init__(self, directory: Path, identity: str) -> None:
-        self.directory = Path(directory)
-        self.identity = identity
-        name = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
-        self.path = self.directory / f"{name}.json"
-
-    def load(self) -> dict[str, tuple[str, ...]]:
-        """The stored entries; empty (after a ``CacheWarning``) when the file is unusable."""
-        return self._read(warn=True)
-
-    def save(self, new: Mapping[str, Sequence[str]]) -> None:
-        """Merge ``new`` into the file (new entries win; the oldest are trimmed past
-        ``MAX_ENTRIES``) and replace it atomically."""
-        if not new:
-            return
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with _file_lock(self.path.with_name(self.path.name + ".lock")):
-                merged = {k: v for k, v in self._read(warn=False).items() if k not in new}
-                merged.update((key, tuple(value)) for key, value in new.items())
-                if len(merged) > MAX_ENTRIES:
-                    merged = dict(list(merged.items())[len(merged) - MAX_ENTRIES :])
-                _write_atomically(self.path, encode_entries(self.identity, merged))
-        except OSError as exc:
-            warnings.warn(
-                CacheWarning(
-                    f"cannot write enrichment cache {self.path} ({exc}); continuing without it"
-                ),
-                stacklevel=2,
-            )
-
-    def _read(self, *, warn: bool) -> dict[str, tuple[str, ...]]:
-        try:
-            data = self.path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            return {}
-        except OSError as exc:
-            if warn:
-                warnings.warn(CacheWarning(f"cannot read {self.path} ({exc})"), stacklevel=3)
-            return {}
-        decoded = decode_entries(data, self.identity)
-        if isinstance(decoded, str):
-            if warn:
-                warnings.warn(
-                    CacheWarning(
-                        f"ignoring enrichment cache file {self.path}: {decoded}; it will be rebuilt"
-                    ),
-                    stacklevel=3,
-                )
-            return {}
-        return decoded
-
-
 # -- the trio shell ---------------------------------------------------------------------------
 
 
@@ -316,7 +201,7 @@ async def enrich_tools(
     tools: Sequence[Tool],
     generator: Generator,
     *,
-    cache_dir: Path | None,
+    cache: EnrichmentStore | None,
     batch: int = 20,
     deadline_s: float = 30.0,
     concurrency: int = 2,
@@ -326,8 +211,7 @@ async def enrich_tools(
     Args:
         tools: the tools to enrich; they are not modified.
         generator: a ``toolroute.providers.Generator``; its ``identity`` keys the cache.
-        cache_dir: the cache directory (phrases go in its ``enrichment`` folder); ``None``
-            for no disk cache.
+        cache: where phrases are kept across runs (``EnrichmentStore``); ``None`` for none.
         batch: tools per model call.
         deadline_s: seconds each call may take before its batch counts as failed.
         concurrency: calls in flight at once.
@@ -339,7 +223,8 @@ async def enrich_tools(
         ValueError: ``batch`` or ``concurrency`` below 1, ``deadline_s`` negative or NaN.
 
     **Cancellation:** the caller's cancel scope cancels the calls; phrases already received
-    are still written to the cache (a shielded write) before ``Cancelled`` propagates.
+    are still written to the cache (a shielded write, bounded by ``SAVE_GRACE_S``) before
+    ``Cancelled`` propagates.
     """
     if batch < 1 or concurrency < 1:
         raise ValueError(f"batch and concurrency must be at least 1, got {batch}, {concurrency}")
@@ -350,10 +235,8 @@ async def enrich_tools(
         by_id.setdefault(tool.id, tool)  # a repeated id: the first tool wins
     unique = list(by_id.values())
     keys = {tool.id: enrichment_key(tool) for tool in unique}
-    store = None
-    if cache_dir is not None:
-        store = EnrichmentStore(Path(cache_dir) / "enrichment", generator.identity)
-    stored = await trio.to_thread.run_sync(store.load) if store is not None else {}
+    identity = generator.identity
+    stored = await trio.to_thread.run_sync(cache.load, identity) if cache is not None else {}
     phrases = {tool.id: stored[keys[tool.id]] for tool in unique if keys[tool.id] in stored}
     cached = len(phrases)
     missing = [tool for tool in unique if tool.id not in phrases]
@@ -381,16 +264,22 @@ async def enrich_tools(
             if reason:
                 reasons.append(f"enrichment of {len(group)} tools failed: {reason}")
 
+    def save() -> None:
+        if cache is not None and fresh:
+            cache.save(identity, {keys[tool_id]: value for tool_id, value in fresh.items()})
+
     try:
         async with trio.open_nursery() as nursery:
             for start in range(0, len(missing), batch):
                 nursery.start_soon(run_batch, missing[start : start + batch])
-    finally:
-        if store is not None and fresh:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(
-                    store.save, {keys[tool_id]: value for tool_id, value in fresh.items()}
-                )
+    except BaseException:
+        # Cleanup on the way out (cancelled, say): keep what was paid for. Shielded so the
+        # cancel does not stop it, bounded so a stuck disk cannot hold shutdown (the write
+        # is atomic: abandoning it loses only this write).
+        with trio.move_on_after(SAVE_GRACE_S, shield=True):
+            await trio.to_thread.run_sync(save, abandon_on_cancel=True)
+        raise
+    await trio.to_thread.run_sync(save)
     phrases.update(fresh)
     texts = {tool.id: extra_text(phrases[tool.id]) for tool in unique if tool.id in phrases}
     return EnrichResult(texts, len(unique) - len(texts), cached, tuple(reasons))

@@ -1,4 +1,4 @@
-"""The engine's decision service and its server routing with cache and stickiness.
+"""The engine's decision service.
 
 One ``trio.CapacityLimiter`` per decision provider bounds its batches in flight, shared
 by every caller of the engine: ``decide``, ``try_decide`` and ``route_servers`` alike,
@@ -8,25 +8,18 @@ so a burst of agents cannot open more connections than the provider's concurrenc
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import attrs
 import trio
 
-from .._core.catalog import Catalog, Server
-from .._core.config import EngineConfig
 from .._core.decision import DecisionRequest, DecisionResult, reply_outcome
 from .._core.errors import DecisionError, DecisionErrorKind
-from .._core.events import DecisionFinished, Event, FailOpen, RoutingFinished, query_hash
-from .._core.outcome import Outcome
+from .._core.events import DecisionFinished, Event
 from .._decisions.run import decide, decide_in_batches
-from .._routing.pipeline import RoutingOutcome, route_servers, routing_query
-from .._stores.sessions import SessionState
 
 if TYPE_CHECKING:
-    from ..providers import Decider, Embedder, Generator
+    from ..providers import Decider
 
 
 class DecisionService:
@@ -110,128 +103,3 @@ class DecisionService:
                 reason=reason[:500],
             )
         )
-
-
-@attrs.define
-class _Cached:
-    outcome: RoutingOutcome
-    expires: float
-
-
-class ServerRouter:
-    """``route_servers`` with the engine's providers, a per-session cache and stickiness.
-
-    The cache (``routing_session.cache``) keys on the session and the routing query and
-    is used only with a session id, as a query alone says nothing about which
-    conversation it belongs to. Sticky servers (``routing_session.sticky_turns``) were
-    selected on one of the session's last N routings; they are treated as always-include
-    (never asked, never dropped), so a follow-up turn keeps the servers just in use.
-    """
-
-    def __init__(
-        self,
-        config: EngineConfig,
-        decisions: DecisionService,
-        generator: Generator | None,
-        embedder: Callable[[], Embedder | None],
-        publish: Callable[[Event], None],
-        key: bytes,
-        clock: Callable[[], float] = trio.current_time,
-    ) -> None:
-        self._config = config
-        self._decisions = decisions
-        self._generator = generator
-        self._embedder = embedder
-        self._publish = publish
-        self._key = key
-        self._clock = clock
-        self._cache: OrderedDict[tuple[str, str], _Cached] = OrderedDict()
-
-    async def route(
-        self,
-        query: str | Sequence[Mapping[str, Any]],
-        servers: Sequence[Server] | Catalog,
-        *,
-        session: str | None,
-        state: SessionState | None,
-    ) -> RoutingOutcome:
-        routing = self._config.routing
-        memory = self._config.routing_session
-        text = routing_query(query, config=routing)
-        cache_key = (session, text) if session is not None and memory.cache else None
-        cached = self._lookup(cache_key)
-        if cached is not None:
-            outcome = attrs.evolve(cached, cache_hit=True, latency_ms=0.0)
-        else:
-            sticky = tuple(state.sticky_servers) if state is not None else ()
-            known = {s.id for s in (servers.servers if isinstance(servers, Catalog) else servers)}
-            decider = self._decisions.decider
-            outcome = await route_servers(
-                text,
-                servers,
-                decider=decider,
-                generator=self._generator,
-                embedder=self._embedder() if routing.embedding else None,
-                config=attrs.evolve(
-                    routing,
-                    always_include=tuple(
-                        dict.fromkeys((*routing.always_include, *(s for s in sticky if s in known)))
-                    ),
-                ),
-                limiter=self._decisions.limiter(decider) if decider is not None else None,
-            )
-            if cache_key is not None and outcome.outcome in (Outcome.APPLIED, Outcome.DEGRADED):
-                self._store(cache_key, outcome)
-        if state is not None:
-            # Only what the router itself kept renews stickiness; a server kept because it
-            # was sticky (or on failure) must be allowed to expire.
-            judged = (
-                outcome.outcome in (Outcome.APPLIED, Outcome.DEGRADED) and not outcome.cache_hit
-            )
-            held = {*routing.always_include, *state.sticky_servers}
-            fresh = [s for s in outcome.selected if s not in held] if judged else []
-            state.remember_servers(fresh, memory.sticky_turns)
-        self._announce(text, outcome)
-        return outcome
-
-    def _lookup(self, key: tuple[str, str] | None) -> RoutingOutcome | None:
-        if key is None:
-            return None
-        entry = self._cache.get(key)
-        if entry is None:
-            return None
-        if entry.expires <= self._clock():
-            del self._cache[key]
-            return None
-        self._cache.move_to_end(key)
-        return entry.outcome
-
-    def _store(self, key: tuple[str, str], outcome: RoutingOutcome) -> None:
-        memory = self._config.routing_session
-        self._cache[key] = _Cached(outcome, self._clock() + memory.cache_ttl_s)
-        self._cache.move_to_end(key)
-        while len(self._cache) > memory.cache_entries:
-            self._cache.popitem(last=False)
-
-    def _announce(self, text: str, outcome: RoutingOutcome) -> None:
-        include = self._config.events.include_queries
-        self._publish(
-            RoutingFinished(
-                query_hash=query_hash(text, self._key),
-                query=text if include else None,
-                kept=outcome.selected,
-                excluded=outcome.excluded,
-                stage=outcome.strategy,
-                outcome=outcome.outcome,
-                latency_ms=outcome.latency_ms,
-                reason=outcome.reason,
-            )
-        )
-        if outcome.outcome is Outcome.FAILED_OPEN:
-            self._publish(
-                FailOpen(
-                    operation="route_servers",
-                    what_failed=outcome.strategy,
-                    reason=outcome.reason,
-                )
-            )

@@ -25,7 +25,7 @@ __all__ = ["DEFAULT_BUFFER", "Delivery", "EventHub", "HubStatistics"]
 DEFAULT_BUFFER = 256
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Delivery:
     """One event as one subscriber receives it.
 
@@ -39,7 +39,7 @@ class Delivery:
     dropped: int = 0
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class HubStatistics:
     """Counters since the hub was made.
 
@@ -93,7 +93,7 @@ class EventHub:
         gone: list[_Subscriber] = []
         for sub in self._subscribers:
             try:
-                sub.send.send_nowait(Delivery(event, sub.pending_dropped))
+                sub.send.send_nowait(Delivery(event=event, dropped=sub.pending_dropped))
             except trio.WouldBlock:
                 sub.pending_dropped += 1
                 self._dropped += 1

@@ -26,7 +26,9 @@ async def run_supervised(
     """Run ``service`` (a ``run_*`` taking ``task_status``) and restart it when it crashes.
 
     Returns when the service returns. ``Cancelled`` and other ``BaseException``s are never
-    caught: only ordinary exceptions count as crashes.
+    caught: only ordinary exceptions count as crashes, and not even those once the supervisor
+    itself is cancelled (engine shutdown): a service's cleanup may fail as it is torn down,
+    and that is not a crash to restart or to spend the budget on.
 
     Raises:
         EngineCrashed: the service crashed more than ``max_restarts`` times in ``window_s``.
@@ -43,6 +45,9 @@ async def run_supervised(
             return
         except Exception as exc:  # a crash: restart within the budget
             error = exc
+        # Cancelled from outside (shutdown)? Then whatever the service raised came from being
+        # torn down: let Cancelled propagate instead of counting it.
+        await trio.lowlevel.checkpoint_if_cancelled()
         now = trio.current_time()
         crashes.append(now)
         while crashes and now - crashes[0] > policy.window_s:

@@ -53,6 +53,7 @@ import numpy.typing as npt
 
 from .._core.index import Progress, embed_into
 from .._core.protocols import Embedder
+from .._core.stores import EmbeddingStore
 
 _MAGIC: Final = b"TREMBED\x00"
 _VERSION: Final = 1
@@ -419,7 +420,7 @@ def default_cache_dir() -> Path:
 def embed_with_cache(
     embedder: Embedder,
     texts: Sequence[str],
-    cache: EmbeddingCache | None,
+    cache: EmbeddingStore | None,
     progress: Progress | None = None,
     step: int | None = None,
 ) -> npt.NDArray[np.float32]:

@@ -1,74 +1,41 @@
-"""Per-session state, in a store bounded by count and idle time."""
+"""Per-session state in memory, bounded by count and idle time (the local ``SessionStore``)."""
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
 from .._core.errors import ConfigError
+from .._core.stores import SessionState
+
+__all__ = ["MemorySessionStore", "SessionState"]
 
 
-@attrs.define
-class SessionState:
-    """What toolroute remembers about one agent conversation between steps.
-
-    Attributes:
-        idle_steps: consecutive steps in which the model called no tool (paging escalation).
-        activated: tools the agent found through ``search_tools``; shown on its next step.
-        forced_sets: tool sets the host forced; forced on every step until released.
-        sticky_sets: tool sets an anchor activated, with the number of steps each stays forced.
-        sticky_servers: MCP servers routing selected, with the routings each stays kept.
-        last_seen: clock time of the last use (for idle expiry).
-        lock: held by a runtime while it serves one step, so steps apply in arrival order
-            (``trio.Lock`` is FIFO).
-    """
-
-    idle_steps: int = 0
-    activated: tuple[str, ...] = ()
-    forced_sets: tuple[str, ...] = ()
-    sticky_sets: dict[str, int] = attrs.field(factory=dict)
-    sticky_servers: dict[str, int] = attrs.field(factory=dict)
-    last_seen: float = 0.0
-    lock: trio.Lock = attrs.field(factory=trio.Lock, eq=False, repr=False)
-
-    def force(self, names: Iterable[str]) -> None:
-        self.forced_sets = tuple(dict.fromkeys((*self.forced_sets, *names)))
-
-    def release(self, names: Collection[str]) -> None:
-        """Stop forcing ``names``, whether the host forced them or an anchor made them sticky."""
-        self.forced_sets = tuple(n for n in self.forced_sets if n not in names)
-        for name in names:
-            self.sticky_sets.pop(name, None)
-
-    def step_sets(self) -> tuple[str, ...]:
-        """The sets forced on this step (the host's, then the sticky ones); each sticky set
-        has one step fewer to go."""
-        carried = tuple(self.sticky_sets)
-        self.sticky_sets = {n: left - 1 for n, left in self.sticky_sets.items() if left > 1}
-        return tuple(dict.fromkeys((*self.forced_sets, *carried)))
-
-    def remember(self, names: Iterable[str], steps: int) -> None:
-        """Keep ``names`` forced for the next ``steps`` steps (0: not at all)."""
-        if steps > 0:
-            self.sticky_sets.update(dict.fromkeys(names, steps))
-
-    def remember_servers(self, selected: Iterable[str], turns: int) -> None:
-        """One routing happened: sticky servers have a turn fewer to go, and ``selected``
-        stay kept for the next ``turns`` routings (0: not at all)."""
-        self.sticky_servers = {s: left - 1 for s, left in self.sticky_servers.items() if left > 1}
-        if turns > 0:
-            self.sticky_servers.update(dict.fromkeys(selected, turns))
+@attrs.define(eq=False)
+class _Entry:
+    state: SessionState
+    # FIFO (trio.Lock is fair), so the steps of one session apply in arrival order.
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    holders: int = 0  # steps holding or waiting for the session: it must not be evicted
 
 
-class SessionStore:
+class MemorySessionStore:
     """Least-recently-used sessions, at most ``max_sessions``, dropped after ``idle_s`` unused.
 
     A dropped session starts again from a fresh state: it costs one step of paging escalation
-    and forgets the tool sets the host forced (pass ``force_sets`` again to restore them).
+    and forgets the tool sets the host forced (pass ``force_sets`` again to restore them). A
+    session held by a step (or waiting for one) is never dropped: the bound may be exceeded
+    by the sessions in use, and is restored as they are released.
+
+    Args:
+        max_sessions: sessions kept at most (in use ones aside).
+        idle_s: seconds unused after which a session is dropped.
+        clock: the time source; ``trio.current_time`` by default, so a mock clock drives
+            expiry like every other deadline of the engine.
 
     Raises:
         ConfigError: a bound is not positive.
@@ -79,7 +46,7 @@ class SessionStore:
         *,
         max_sessions: int = 10_000,
         idle_s: float = 3600.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if max_sessions < 1:
             raise ConfigError(f"max_sessions must be at least 1, got {max_sessions}")
@@ -87,8 +54,8 @@ class SessionStore:
             raise ConfigError(f"idle_s must be positive, got {idle_s}")
         self.max_sessions = max_sessions
         self.idle_s = idle_s
-        self._clock = clock
-        self._sessions: OrderedDict[str, SessionState] = OrderedDict()
+        self._clock = clock or trio.current_time
+        self._sessions: OrderedDict[str, _Entry] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -98,22 +65,52 @@ class SessionStore:
 
     def get(self, session: str) -> SessionState:
         """The session's state, created fresh when unknown or expired; marks it used."""
-        now = self._clock()
-        self._expire(now)
-        state = self._sessions.pop(session, None) or SessionState()
-        state.last_seen = now
-        self._sessions[session] = state
-        while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
-        return state
+        return self._entry(session).state
+
+    @asynccontextmanager
+    async def hold(self, session: str) -> AsyncIterator[SessionState]:
+        """See ``SessionStore.hold``: the state yielded is the one kept, looked up once."""
+        entry = self._entry(session)
+        entry.holders += 1
+        try:
+            async with entry.lock:
+                yield entry.state
+        finally:
+            entry.holders -= 1
+            entry.state.last_seen = self._clock()
+            if self._sessions.get(session) is entry:
+                self._sessions.move_to_end(session)  # in use until now: the most recent
+            self._trim()
+
+    def update_nowait(self, session: str, change: Callable[[SessionState], None]) -> None:
+        entry = self._sessions.get(session)
+        if entry is not None:
+            change(entry.state)
 
     def drop(self, session: str) -> None:
         self._sessions.pop(session, None)
 
+    def _entry(self, session: str) -> _Entry:
+        now = self._clock()
+        self._expire(now)
+        entry = self._sessions.pop(session, None) or _Entry(SessionState())
+        entry.state.last_seen = now
+        self._sessions[session] = entry
+        self._trim()
+        return entry
+
     def _expire(self, now: float) -> None:
-        # Oldest first: stop at the first session still fresh.
-        while self._sessions:
-            key, state = next(iter(self._sessions.items()))
-            if now - state.last_seen < self.idle_s:
+        # Oldest first: stop at the first idle-fresh session; sessions in use are skipped.
+        for key, entry in list(self._sessions.items()):
+            if now - entry.state.last_seen < self.idle_s:
                 break
+            if not entry.holders:
+                del self._sessions[key]
+
+    def _trim(self) -> None:
+        excess = len(self._sessions) - self.max_sessions
+        if excess <= 0:
+            return
+        idle = [key for key, entry in self._sessions.items() if not entry.holders]
+        for key in idle[:excess]:
             del self._sessions[key]

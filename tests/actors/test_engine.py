@@ -201,8 +201,9 @@ async def test_prepare_step_without_text_is_skipped(autojump_clock: trio.testing
 
 async def test_unknown_options_are_config_errors(autojump_clock: trio.testing.MockClock) -> None:
     async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
-        with pytest.raises(ConfigError, match="max_toolz"):
-            await engine.select("x", max_toolz=3)
+        # Explicit keyword arguments since 0.2: Python names the unknown one.
+        with pytest.raises(TypeError, match="max_toolz"):
+            await engine.select("x", max_toolz=3)  # type: ignore[call-arg]
         with pytest.raises(ConfigError, match="nope"):
             await engine.select("x", always_active=["nope"])
 
@@ -380,14 +381,14 @@ async def test_steps_of_one_session_apply_in_arrival_order(
 
     async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
 
-        async def slow_step(messages: Any, session: str | None) -> Any:
+        async def slow_step(messages: Any, session: str | None, *state: Any) -> Any:
             running[session] = running.get(session, 0) + 1
             most[session] = max(most.get(session, 0), running[session])
             await trio.sleep(0.1)
             order.append(messages[0]["content"])
             running[session] -= 1
 
-        engine._step = slow_step  # type: ignore[method-assign]
+        engine._steps._step = slow_step  # type: ignore[method-assign]
         async with trio.open_nursery() as nursery:
             for text in ("one", "two", "three"):
                 step = functools.partial(engine.prepare_step, session="s")

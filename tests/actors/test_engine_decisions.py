@@ -247,3 +247,24 @@ async def test_prepare_step_hides_the_tools_of_dropped_servers(
         step = await engine.prepare_step(messages)
         assert step.routing is None
         assert decider.calls == 2
+
+
+async def test_the_routing_cache_and_sessions_live_in_the_given_stores(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from toolroute._core.stores import Stores
+    from toolroute._stores.routing_cache import MemoryRoutingCache
+    from toolroute._stores.sessions import MemorySessionStore
+
+    sessions = MemorySessionStore()
+    routing: MemoryRoutingCache[object] = MemoryRoutingCache(entries=8, ttl_s=60)
+    decider = ScriptedDecider({"maps"})
+    stores = Stores(sessions=sessions, routing=routing)
+    async with open_engine(
+        CATALOG, config=config(cache=True), embedder=None, decider=decider, stores=stores
+    ) as engine:
+        first = await engine.route_servers("weather in Oslo", session="s")
+        again = await engine.route_servers("weather in Oslo", session="s")
+    assert (decider.calls, again.cache_hit, first.excluded) == (1, True, ("maps",))
+    assert len(routing) == 1  # the host's cache holds the routing
+    assert "s" in sessions  # and the host's session store the session

@@ -70,8 +70,8 @@ async def test_engine_survives_a_batcher_crash(autojump_clock: trio.testing.Mock
     async with open_engine(
         TOOLS, config=config, embedder=HashingEmbedder(), run_cpu=inline
     ) as engine:
-        assert engine._batcher is not None
-        batcher = engine._batcher
+        assert engine._selector._recall.batcher is not None
+        batcher = engine._selector._recall.batcher
         real = batcher._embed_batch
         crashes = [1]
 
@@ -114,8 +114,8 @@ async def test_engine_crash_surfaces_as_engine_crashed(
         async with open_engine(
             TOOLS, config=config, embedder=HashingEmbedder(), run_cpu=inline
         ) as engine:
-            assert engine._batcher is not None
-            engine._batcher._embed_batch = broken
+            assert engine._selector._recall.batcher is not None
+            engine._selector._recall.batcher._embed_batch = broken
             for _ in range(5):
                 await engine.select("weather")
                 await trio.sleep(0.1)
@@ -131,3 +131,43 @@ async def test_errors_from_the_body_come_out_unwrapped(
     with pytest.raises(KeyError, match="boom"):
         async with open_engine(TOOLS, config=EngineConfig(cache=False), embedder=None):
             raise KeyError("boom")
+
+
+async def test_a_cancelled_service_is_not_a_crash(autojump_clock: trio.testing.MockClock) -> None:
+    """Shutdown cancels services; what their cleanup raises then is not a crash to restart."""
+    events: list[Any] = []
+    starts: list[float] = []
+
+    async def service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        starts.append(trio.current_time())
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            raise trio.ClosedResourceError("inbox closed during shutdown")
+
+    policy = RestartPolicy(max_restarts=0, window_s=60, backoff_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_supervised, "svc", service, policy, events.append)
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel("engine shutdown")
+    assert events == []  # no ServiceRestarted, no EngineCrashed out of the nursery
+    assert starts == [0.0]
+
+
+async def test_a_service_cancelled_before_it_started_is_not_a_crash(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    events: list[Any] = []
+
+    async def service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            return  # ends quietly without ever starting: nursery.start raises RuntimeError
+
+    policy = RestartPolicy(max_restarts=0, window_s=60, backoff_s=0.1)
+    with trio.move_on_after(1) as scope:
+        await run_supervised("svc", service, policy, events.append)
+    assert scope.cancelled_caught
+    assert events == []

@@ -23,17 +23,15 @@ from toolroute._judge.enrich import (
     ENRICH_SCHEMA,
     MAX_PHRASE_CHARS,
     MAX_PHRASES,
-    EnrichmentStore,
     EnrichResult,
     build_enrich_prompt,
     clean_phrases,
-    decode_entries,
-    encode_entries,
     enrich_tools,
     enrichment_key,
     parse_enrich_reply,
     tool_labels,
 )
+from toolroute._stores.enrichment_cache import EnrichmentCache, decode_entries, encode_entries
 from toolroute.providers import Generator, RetryPolicy
 from toolroute.providers._generators import AnthropicGenerator, OpenAICompatibleGenerator
 from toolroute.testing import ScriptedGenerator
@@ -201,7 +199,7 @@ async def test_batches_of_the_given_size_with_bounded_concurrency(
     catalog = tools(45)
     generator = fake_generator(delay_s=1.0)
     result = await enrich_tools(
-        catalog, generator, cache_dir=None, batch=20, concurrency=2, deadline_s=10
+        catalog, generator, cache=None, batch=20, concurrency=2, deadline_s=10
     )
     assert sorted(len(prompt_names(p)) for p in generator.prompts) == [5, 20, 20]
     assert generator.peak == 2
@@ -215,20 +213,24 @@ async def test_batches_of_the_given_size_with_bounded_concurrency(
 
 async def test_second_run_hits_the_cache_without_calling_the_model(tmp_path: Path) -> None:
     catalog = tools(12)
-    first = await enrich_tools(catalog, fake_generator(), cache_dir=tmp_path, batch=5)
+    first = await enrich_tools(
+        catalog, fake_generator(), cache=EnrichmentCache(tmp_path / "enrichment"), batch=5
+    )
     assert len(cache_files(tmp_path)) == 1
     again = fake_generator(lambda prompt: pytest.fail("the model was called"))
-    second = await enrich_tools(catalog, again, cache_dir=tmp_path, batch=5)
+    second = await enrich_tools(
+        catalog, again, cache=EnrichmentCache(tmp_path / "enrichment"), batch=5
+    )
     assert again.prompts == []
     assert second == EnrichResult(first.texts, failed=0, cached=12)
 
 
 async def test_only_changed_or_new_tools_are_asked_again(tmp_path: Path) -> None:
     catalog = tools(6)
-    await enrich_tools(catalog, fake_generator(), cache_dir=tmp_path)
+    await enrich_tools(catalog, fake_generator(), cache=EnrichmentCache(tmp_path / "enrichment"))
     changed = [*catalog[:5], Tool("tool_5", "tool_5", "Now does something else."), *tools(1, "new")]
     generator = fake_generator()
-    result = await enrich_tools(changed, generator, cache_dir=tmp_path)
+    result = await enrich_tools(changed, generator, cache=EnrichmentCache(tmp_path / "enrichment"))
     assert [prompt_names(p) for p in generator.prompts] == [["tool_5", "new_0"]]
     assert result.cached == 5
     assert set(result.texts) == {t.id for t in changed}
@@ -236,16 +238,20 @@ async def test_only_changed_or_new_tools_are_asked_again(tmp_path: Path) -> None
 
 async def test_cache_is_keyed_by_generator_identity(tmp_path: Path) -> None:
     catalog = tools(4)
-    await enrich_tools(catalog, fake_generator(identity="vendor:model-a"), cache_dir=tmp_path)
+    await enrich_tools(
+        catalog,
+        fake_generator(identity="vendor:model-a"),
+        cache=EnrichmentCache(tmp_path / "enrichment"),
+    )
     other = fake_generator(identity="vendor:model-b")
-    result = await enrich_tools(catalog, other, cache_dir=tmp_path)
+    result = await enrich_tools(catalog, other, cache=EnrichmentCache(tmp_path / "enrichment"))
     assert len(other.prompts) == 1
     assert result.cached == 0
     assert len(cache_files(tmp_path)) == 2
-    back = fake_generator(
-        lambda prompt: pytest.fail("model a is cached"), identity="vendor:model-a"
-    )
-    assert (await enrich_tools(catalog, back, cache_dir=tmp_path)).cached == 4
+    back = fake_generator(lambda prompt: pytest.fail("model a is cached"), identity="vendor:model-a")
+    assert (
+        await enrich_tools(catalog, back, cache=EnrichmentCache(tmp_path / "enrichment"))
+    ).cached == 4
 
 
 @pytest.mark.parametrize(
@@ -261,18 +267,22 @@ async def test_corrupt_cache_warns_and_is_rebuilt(
     tmp_path: Path, damage: Callable[[bytes], bytes]
 ) -> None:
     catalog = tools(3)
-    await enrich_tools(catalog, fake_generator(), cache_dir=tmp_path)
+    await enrich_tools(catalog, fake_generator(), cache=EnrichmentCache(tmp_path / "enrichment"))
     [path] = cache_files(tmp_path)
     path.write_bytes(damage(path.read_bytes()))
     generator = fake_generator()
     with pytest.warns(CacheWarning, match="ignoring enrichment cache file .*rebuilt"):
-        result = await enrich_tools(catalog, generator, cache_dir=tmp_path)
+        result = await enrich_tools(
+            catalog, generator, cache=EnrichmentCache(tmp_path / "enrichment")
+        )
     assert len(generator.prompts) == 1
     assert result.cached == 0
     assert len(result.texts) == 3
     # Rebuilt: the next run reads it without a warning and without the model.
     idle = fake_generator(lambda prompt: pytest.fail("the model was called"))
-    assert (await enrich_tools(catalog, idle, cache_dir=tmp_path)).cached == 3
+    assert (
+        await enrich_tools(catalog, idle, cache=EnrichmentCache(tmp_path / "enrichment"))
+    ).cached == 3
 
 
 async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -> None:
@@ -284,7 +294,9 @@ async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -
         return answer_all(prompt)
 
     before = copy.deepcopy(catalog)
-    result = await enrich_tools(catalog, fake_generator(flaky), cache_dir=tmp_path, batch=4)
+    result = await enrich_tools(
+        catalog, fake_generator(flaky), cache=EnrichmentCache(tmp_path / "enrichment"), batch=4
+    )
     assert result.failed == 4
     assert set(result.texts) == {f"tool_{i}" for i in range(4, 10)}
     [reason] = result.reasons
@@ -293,7 +305,9 @@ async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -
     assert catalog == before
     # Failed tools are not cached: the next run asks for exactly them.
     generator = fake_generator()
-    again = await enrich_tools(catalog, generator, cache_dir=tmp_path, batch=4)
+    again = await enrich_tools(
+        catalog, generator, cache=EnrichmentCache(tmp_path / "enrichment"), batch=4
+    )
     assert [prompt_names(p) for p in generator.prompts] == [[f"tool_{i}" for i in range(4)]]
     assert again.cached == 6
     assert again.failed == 0
@@ -304,7 +318,7 @@ async def test_failed_batch_keeps_the_originals_and_is_counted(tmp_path: Path) -
     [RuntimeError("bug"), "not json", {"tools": "nope"}, ["a"]],
 )
 async def test_any_batch_failure_is_contained(reply: object) -> None:
-    result = await enrich_tools(tools(3), fake_generator(lambda p: reply), cache_dir=None)
+    result = await enrich_tools(tools(3), fake_generator(lambda p: reply), cache=None)
     assert result.texts == {}
     assert result.failed == 3
     assert len(result.reasons) == 1
@@ -320,7 +334,9 @@ async def test_tools_the_model_skips_or_answers_badly_count_as_failed(tmp_path: 
             ]
         }
 
-    result = await enrich_tools(tools(3), fake_generator(partial), cache_dir=tmp_path)
+    result = await enrich_tools(
+        tools(3), fake_generator(partial), cache=EnrichmentCache(tmp_path / "enrichment")
+    )
     assert result.texts == {"tool_0": "fine phrase"}
     assert result.failed == 2
     assert result.reasons == ()
@@ -331,7 +347,7 @@ async def test_slow_batch_times_out_in_virtual_time(
 ) -> None:
     generator = fake_generator(delay_s=100.0)
     started = trio.current_time()
-    result = await enrich_tools(tools(5), generator, cache_dir=None, batch=5, deadline_s=2.0)
+    result = await enrich_tools(tools(5), generator, cache=None, batch=5, deadline_s=2.0)
     assert trio.current_time() - started == pytest.approx(2.0)
     assert result.failed == 5
     assert result.reasons == ("enrichment of 5 tools failed: took longer than 2.0 s",)
@@ -341,7 +357,9 @@ async def test_tool_objects_are_never_modified(tmp_path: Path) -> None:
     catalog = Catalog(tools(5))
     snapshot = copy.deepcopy(list(catalog))
     descriptions = [t.description for t in catalog]
-    result = await enrich_tools(list(catalog), fake_generator(), cache_dir=tmp_path)
+    result = await enrich_tools(
+        list(catalog), fake_generator(), cache=EnrichmentCache(tmp_path / "enrichment")
+    )
     assert len(result.texts) == 5
     assert list(catalog) == snapshot
     assert [t.description for t in catalog] == descriptions
@@ -352,7 +370,7 @@ async def test_tool_objects_are_never_modified(tmp_path: Path) -> None:
 
 async def test_no_cache_dir_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = await enrich_tools(tools(2), fake_generator(), cache_dir=None)
+    result = await enrich_tools(tools(2), fake_generator(), cache=None)
     assert len(result.texts) == 2
     assert os.listdir(tmp_path) == []
 
@@ -361,15 +379,17 @@ async def test_unwritable_cache_dir_warns_and_still_enriches(tmp_path: Path) -> 
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.warns(CacheWarning, match="cannot write enrichment cache"):
-        result = await enrich_tools(tools(2), fake_generator(), cache_dir=blocker)
+        result = await enrich_tools(
+            tools(2), fake_generator(), cache=EnrichmentCache(blocker / "enrichment")
+        )
     assert len(result.texts) == 2
 
 
 async def test_empty_and_repeated_tools() -> None:
-    assert await enrich_tools([], fake_generator(), cache_dir=None) == EnrichResult({}, 0, 0)
+    assert await enrich_tools([], fake_generator(), cache=None) == EnrichResult({}, 0, 0)
     a = Tool("a", "a", "First.")
     generator = fake_generator()
-    result = await enrich_tools([a, Tool("a", "a", "Second.")], generator, cache_dir=None)
+    result = await enrich_tools([a, Tool("a", "a", "Second.")], generator, cache=None)
     assert len(result.texts) == 1
     assert "First." in generator.prompts[0]
     assert "Second." not in generator.prompts[0]
@@ -377,11 +397,11 @@ async def test_empty_and_repeated_tools() -> None:
 
 async def test_bad_arguments_raise() -> None:
     with pytest.raises(ValueError, match="batch"):
-        await enrich_tools(tools(1), fake_generator(), cache_dir=None, batch=0)
+        await enrich_tools(tools(1), fake_generator(), cache=None, batch=0)
     with pytest.raises(ValueError, match="concurrency"):
-        await enrich_tools(tools(1), fake_generator(), cache_dir=None, concurrency=0)
+        await enrich_tools(tools(1), fake_generator(), cache=None, concurrency=0)
     with pytest.raises(ValueError, match="deadline_s"):
-        await enrich_tools(tools(1), fake_generator(), cache_dir=None, deadline_s=-1)
+        await enrich_tools(tools(1), fake_generator(), cache=None, deadline_s=-1)
 
 
 async def test_cancelled_run_still_saves_what_it_received(tmp_path: Path) -> None:
@@ -405,18 +425,24 @@ async def test_cancelled_run_still_saves_what_it_received(tmp_path: Path) -> Non
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_after_first_batch, scope)
-            await enrich_tools(catalog, Mixed(), cache_dir=tmp_path, batch=2, deadline_s=100)
+            await enrich_tools(
+                catalog,
+                Mixed(),
+                cache=EnrichmentCache(tmp_path / "enrichment"),
+                batch=2,
+                deadline_s=100,
+            )
     assert scope.cancelled_caught
-    store = EnrichmentStore(tmp_path / "enrichment", "fake:model-a")
-    assert set(store.load()) == {enrichment_key(t) for t in catalog[:2]}
+    store = EnrichmentCache(tmp_path / "enrichment")
+    assert set(store.load("fake:model-a")) == {enrichment_key(t) for t in catalog[:2]}
 
 
 def test_store_merges_with_what_another_writer_saved(tmp_path: Path) -> None:
-    one = EnrichmentStore(tmp_path, "gen")
-    two = EnrichmentStore(tmp_path, "gen")
-    one.save({"a": ["x"]})
-    two.save({"b": ["y"]})
-    assert one.load() == {"a": ("x",), "b": ("y",)}
+    one = EnrichmentCache(tmp_path)
+    two = EnrichmentCache(tmp_path)
+    one.save("gen", {"a": ["x"]})
+    two.save("gen", {"b": ["y"]})
+    assert one.load("gen") == {"a": ("x",), "b": ("y",)}
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
@@ -457,11 +483,15 @@ async def test_loopback_enriches_then_serves_from_cache(
 ) -> None:
     catalog = tools(7)
     before = copy.deepcopy(catalog)
-    first = await enrich_tools(catalog, generator, cache_dir=tmp_path, batch=3)
+    first = await enrich_tools(
+        catalog, generator, cache=EnrichmentCache(tmp_path / "enrichment"), batch=3
+    )
     assert len(vendor.prompts) == 3
     assert first.failed == 0
     assert first.texts["tool_6"] == "informal ask for tool_6; slang tool_6; tool_6 plz"
-    second = await enrich_tools(catalog, generator, cache_dir=tmp_path, batch=3)
+    second = await enrich_tools(
+        catalog, generator, cache=EnrichmentCache(tmp_path / "enrichment"), batch=3
+    )
     assert len(vendor.prompts) == 3  # no new request
     assert second.cached == 7
     assert second.texts == first.texts
@@ -472,7 +502,9 @@ async def test_loopback_server_error_keeps_originals(
     vendor: Vendor, generator: Any, tmp_path: Path
 ) -> None:
     vendor.then(Answer(status=500))
-    result = await enrich_tools(tools(4), generator, cache_dir=tmp_path, batch=2, concurrency=1)
+    result = await enrich_tools(
+        tools(4), generator, cache=EnrichmentCache(tmp_path / "enrichment"), batch=2, concurrency=1
+    )
     assert result.failed == 2
     assert len(result.texts) == 2
     [reason] = result.reasons

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError
-from toolroute._stores.sessions import SessionStore
+from toolroute._stores.sessions import MemorySessionStore as SessionStore
 
 
 class Clock:
@@ -19,13 +19,13 @@ class Clock:
 
 
 def test_state_persists_between_uses() -> None:
-    store = SessionStore()
+    store = SessionStore(clock=Clock())
     store.get("a").idle_steps = 2
     assert store.get("a").idle_steps == 2
 
 
 def test_least_recently_used_goes_first() -> None:
-    store = SessionStore(max_sessions=2)
+    store = SessionStore(max_sessions=2, clock=Clock())
     store.get("a")
     store.get("b")
     store.get("a")
@@ -64,4 +64,4 @@ def test_never_more_than_max_and_never_stale(ops: list[tuple[str, float]], limit
         clock.now += step
         store.get(session)
         assert len(store) <= limit
-        assert all(clock.now - s.last_seen < 8 for s in store._sessions.values())
+        assert all(clock.now - s.state.last_seen < 8 for s in store._sessions.values())

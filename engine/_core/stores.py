@@ -1,0 +1,155 @@
+"""What the engine remembers, behind small protocols: embeddings, enrichment phrases, session
+state and the routing cache.
+
+The engine's runtime talks only to these protocols. The local implementations (disk files and
+in-memory maps, ``toolroute._stores``) are the defaults; a shared store (Redis, say) plugs in
+by implementing the same protocols and passing it to ``open_engine(stores=...)``, without
+touching the runtime. Embedding and enrichment stores are synchronous (the engine calls them
+from worker threads, next to the model); the session store is async where a shared store
+would need a round trip (holding a session for a step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, TypeVar, runtime_checkable
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+V = TypeVar("V")
+
+
+@runtime_checkable
+class EmbeddingStore(Protocol):
+    """Vectors of texts, per embedder identity. Never raises for storage trouble: a store
+    that cannot read answers "not found", one that cannot write drops the write."""
+
+    def get_many(
+        self, identity: str, dim: int, texts: Sequence[str]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """``(vectors, found)``: float32 ``(len(texts), dim)`` (zeros where not found) and
+        bool ``(len(texts),)``."""
+        ...
+
+    def put_many(
+        self, identity: str, texts: Sequence[str], vectors: npt.NDArray[np.floating]
+    ) -> None:
+        """Remember ``vectors[i]`` as the vector of ``texts[i]``."""
+        ...
+
+
+@runtime_checkable
+class EnrichmentStore(Protocol):
+    """Generated phrases per tool, per generator identity, keyed by a hash of the tool's
+    text. Never raises for storage trouble (as ``EmbeddingStore``)."""
+
+    def load(self, identity: str) -> dict[str, tuple[str, ...]]:
+        """Every stored entry (key → phrases) for ``identity``; empty when there is none."""
+        ...
+
+    def save(self, identity: str, entries: Mapping[str, Sequence[str]]) -> None:
+        """Merge ``entries`` into ``identity``'s (new entries win)."""
+        ...
+
+
+@attrs.define
+class SessionState:
+    """What toolroute remembers about one agent conversation between steps.
+
+    Attributes:
+        idle_steps: consecutive steps in which the model called no tool (paging escalation).
+        activated: tools the agent found through ``search_tools``; shown on its next step.
+        forced_sets: tool sets the host forced; forced on every step until released.
+        sticky_sets: tool sets an anchor activated, with the number of steps each stays forced.
+        sticky_servers: MCP servers routing selected, with the routings each stays kept.
+        last_seen: clock time of the last use (for idle expiry).
+    """
+
+    idle_steps: int = 0
+    activated: tuple[str, ...] = ()
+    forced_sets: tuple[str, ...] = ()
+    sticky_sets: dict[str, int] = attrs.field(factory=dict)
+    sticky_servers: dict[str, int] = attrs.field(factory=dict)
+    last_seen: float = 0.0
+
+    def force(self, names: Iterable[str]) -> None:
+        self.forced_sets = tuple(dict.fromkeys((*self.forced_sets, *names)))
+
+    def release(self, names: Collection[str]) -> None:
+        """Stop forcing ``names``, whether the host forced them or an anchor made them sticky."""
+        self.forced_sets = tuple(n for n in self.forced_sets if n not in names)
+        for name in names:
+            self.sticky_sets.pop(name, None)
+
+    def step_sets(self) -> tuple[str, ...]:
+        """The sets forced on this step (the host's, then the sticky ones); each sticky set
+        has one step fewer to go."""
+        carried = tuple(self.sticky_sets)
+        self.sticky_sets = {n: left - 1 for n, left in self.sticky_sets.items() if left > 1}
+        return tuple(dict.fromkeys((*self.forced_sets, *carried)))
+
+    def remember(self, names: Iterable[str], steps: int) -> None:
+        """Keep ``names`` forced for the next ``steps`` steps (0: not at all)."""
+        if steps > 0:
+            self.sticky_sets.update(dict.fromkeys(names, steps))
+
+    def remember_servers(self, selected: Iterable[str], turns: int) -> None:
+        """One routing happened: sticky servers have a turn fewer to go, and ``selected``
+        stay kept for the next ``turns`` routings (0: not at all)."""
+        self.sticky_servers = {s: left - 1 for s, left in self.sticky_servers.items() if left > 1}
+        if turns > 0:
+            self.sticky_servers.update(dict.fromkeys(selected, turns))
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Session states, bounded by count and idle time; steps of one session in arrival order."""
+
+    def hold(self, session: str) -> AbstractAsyncContextManager[SessionState]:
+        """Hold ``session`` for one step: wait for its earlier steps (first come, first
+        served), then yield its state (fresh when unknown or expired). Changes made to the
+        state are kept when the block is left, and a held session is never evicted."""
+        ...
+
+    def update_nowait(self, session: str, change: Callable[[SessionState], None]) -> None:
+        """Apply ``change`` to a known session's state now; nothing when it is unknown."""
+        ...
+
+    def __contains__(self, session: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class RoutingCache(Protocol[V]):
+    """Routing outcomes per (session, routing query), each kept until it expires."""
+
+    def get(self, key: tuple[str, str], now: float) -> V | None:
+        """The outcome stored under ``key`` if it has not expired at ``now``."""
+        ...
+
+    def put(self, key: tuple[str, str], value: V, now: float) -> None:
+        """Store ``value`` under ``key`` from ``now`` on."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class Stores:
+    """The stores one engine uses; a field left ``None`` gets the local default (disk files
+    under ``config.cache_dir`` for embeddings and enrichment, unless ``config.cache`` is off;
+    in-memory maps bounded by ``config.sessions`` and ``config.routing_session``).
+
+    Attributes:
+        embeddings: tool and request vectors, shared by warm-up, updates and dedup.
+        enrichment: the generator's phrases per tool.
+        sessions: per-session paging, sticky sets, search activations and sticky servers.
+        routing: the per-session routing cache.
+    """
+
+    embeddings: EmbeddingStore | None = None
+    enrichment: EnrichmentStore | None = None
+    sessions: SessionStore | None = None
+    routing: RoutingCache[object] | None = None

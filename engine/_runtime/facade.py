@@ -1,0 +1,364 @@
+"""The ``Engine`` facade: every operation forwards to the service that owns it.
+
+The services (see DESIGN "trio runtime"): the catalogue keeper owns the snapshot every request
+reads, recall embeds requests through the query batcher, the selector and the steps shell
+answer ``select`` and ``prepare_step``, the decision service and the server router answer
+decisions and routing, and the event hub fans events out. ``open_engine`` wires them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .._core.catalog import Catalog, Server, Tool
+from .._core.config import EngineConfig
+from .._core.decision import DecisionRequest, DecisionResult
+from .._core.dedup import DedupResult
+from .._core.index import Strategy
+from .._core.policy import Policy
+from .._core.selection import Selection
+from .._core.toolsets import ToolSet
+from .._routing.pipeline import RoutingOutcome
+from .catalog_keeper import CatalogKeeper
+from .decision_service import DecisionService
+from .hub import Delivery, EventHub
+from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
+from .server_router import ServerRouter
+from .steps import Messages, Steps, StepSelection
+from .tool_index import ToolIndex
+
+if TYPE_CHECKING:
+    from ..providers import Decider
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """Handle on a running engine; obtain one from ``open_engine``.
+
+    Every operation forwards to the service that owns it; reads take the catalogue keeper's
+    current snapshot, so they never wait for warm-up or an update.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: EngineConfig,
+        tool_sets: tuple[ToolSet, ...],
+        hub: EventHub,
+        keeper: CatalogKeeper,
+        selector: Selector,
+        steps: Steps,
+        decisions: DecisionService,
+        router: ServerRouter,
+    ) -> None:
+        self.config = config
+        self._tool_sets = tool_sets
+        self._hub = hub
+        self._keeper = keeper
+        self._selector = selector
+        self._steps = steps
+        self._decisions = decisions
+        self._router = router
+
+    @property
+    def catalog(self) -> Catalog:
+        """The current catalogue as given (it changes with ``update``), tools dedup removed
+        included: look a provider up here. ``index.catalog`` holds the tools served."""
+        return self._keeper.snapshot.source
+
+    @property
+    def index(self) -> ToolIndex:
+        """The current snapshot's index: keyword-only until warm-up finishes."""
+        return self._keeper.snapshot.index
+
+    @property
+    def dedup(self) -> DedupResult:
+        """What the last dedup pass kept and removed (nothing removed when it is off)."""
+        return self._keeper.snapshot.dedup
+
+    @property
+    def tool_sets(self) -> tuple[ToolSet, ...]:
+        """The tool sets passed to ``open_engine``."""
+        return self._tool_sets
+
+    @property
+    def decider(self) -> Decider | None:
+        """The decision provider ``decide``, ``try_decide`` and ``route_servers`` use."""
+        return self._decisions.decider
+
+    def providers_of(self, tool_id: str) -> tuple[str, ...]:
+        """The tools ``tool_id`` stands for: its representative first, then the duplicates dedup
+        folded into it, so a host can call it on the server it prefers (``catalog[id].server``).
+
+        A tool without duplicates stands for itself; a removed id answers for its
+        representative.
+
+        Raises:
+            ConfigError: ``tool_id`` is not in the catalogue.
+        """
+        return self._keeper.snapshot.providers_of(tool_id)
+
+    def release_sets(self, session: str, names: Iterable[str]) -> None:
+        """Stop forcing the tool sets ``names`` on ``session``'s steps (forced or sticky).
+
+        Raises:
+            ConfigError: a name is not one of the engine's tool sets.
+        """
+        self._steps.release_sets(session, names)
+
+    async def ready(self) -> None:
+        """Wait until tool embeddings are loaded (or warm-up failed and the engine stays
+        keyword-only; ``index.degraded_reason`` then says why).
+
+        Returns:
+            Nothing; the engine serves from the warmed-up snapshot from then on.
+
+        **Cancellation:** the caller's cancel scope cancels the wait, not the warm-up.
+
+        **Fail-open:** a failed warm-up still ends the wait; requests are then served
+        keyword-only (``degraded``).
+        """
+        await self._keeper.ready()
+
+    def subscribe(
+        self, buffer: int | None = None
+    ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[Delivery]]:
+        """Receive the engine's events, as ``Delivery(event, dropped)`` items.
+
+        Args:
+            buffer: events this subscriber may fall behind by before it loses them
+                (counted in the next delivery's ``dropped``); ``config.events.buffer`` when
+                not given.
+
+        Returns:
+            An async context manager yielding an async iterator of deliveries; it ends after
+            the engine closes. Leaving the block unsubscribes.
+
+        Raises:
+            ConfigError: ``buffer`` is not an integer of at least 1.
+        """
+        return self._hub.subscribe(buffer=buffer or self.config.events.buffer)
+
+    async def select(
+        self,
+        query: str,
+        *,
+        strategy: Strategy | None = None,
+        max_tools: int | None = None,
+        threshold: float | FromConfig | None = FROM_CONFIG,
+        adaptive: bool | None = None,
+        always_active: Sequence[str] | None = None,
+        related: Mapping[str, Sequence[str]] | None = None,
+        max_related: int = 5,
+        tool_sets: Sequence[ToolSet] | None = None,
+        forced_sets: Sequence[str] = (),
+        policy: Policy | None = None,
+    ) -> Selection:
+        """The tools to show the model for ``query``.
+
+        Args:
+            query: the user's request (or the text extracted from a conversation).
+            strategy: ``keyword``, ``semantic`` or ``combined``; ``combined`` with an
+                embedder, ``keyword`` without.
+            max_tools, threshold, adaptive, always_active: as ``Policy``; the config's
+                ``selection`` defaults when not given (``threshold=None`` means none).
+            related, max_related, forced_sets: as ``Policy``.
+            tool_sets: as ``Policy``; the engine's tool sets when not given.
+            policy: a prepared ``Policy``; when given, the policy arguments are ignored.
+
+        Returns:
+            A ``Selection``. ``degraded`` when embeddings are not ready, the request's
+            embedding failed, or it missed ``deadlines.embed_s`` (recall is keyword-only);
+            ``skipped`` for an empty query.
+
+        Raises:
+            ConfigError: an option is out of range or names a tool not in the catalogue.
+
+        **Cancellation:** the caller's cancel scope cancels the call; an abandoned embedding
+        finishes in its worker thread and its result is dropped.
+
+        **Fail-open:** a late or failed embedding or re-rank never raises: recall falls back
+        to keywords (``degraded``, with the reason, and a ``fail_open`` event).
+        """
+        options = SelectOptions(
+            max_tools=max_tools,
+            threshold=threshold,
+            adaptive=adaptive,
+            always_active=always_active,
+            related=related,
+            max_related=max_related,
+            tool_sets=tool_sets,
+            forced_sets=forced_sets,
+        )
+        return await self._selector.select(query, strategy, policy, options)
+
+    async def prepare_step(
+        self,
+        messages: Messages,
+        *,
+        session: str | None = None,
+        force_sets: Iterable[str] = (),
+        release_sets: Iterable[str] = (),
+    ) -> StepSelection:
+        """The tools to show on the next step of an agent loop.
+
+        The request is extracted from the conversation. After one step in which the model
+        called no tool the next page of ranked tools is shown; after two, every tool (at
+        most ``selection.all_tools_ceiling``, best first). A step with a tool call starts
+        again from the first page. Steps of one session run one at a time, in arrival order.
+
+        Tool sets (``open_engine(tool_sets=...)``) add their members when an anchor scores at
+        its floor, and then stay forced on the session's next ``sessions.sticky_steps`` steps.
+
+        Args:
+            messages: the conversation, as the agent passes it around.
+            session: the conversation's id; paging, sticky sets and tools found by
+                ``search_tools`` need one.
+            force_sets: names of tool sets forced from this step on, until released (without
+                a session: on this step only).
+            release_sets: names of tool sets no longer forced nor sticky (applied before
+                ``force_sets``).
+
+        Returns:
+            A ``StepSelection`` (``tool_ids=None`` means every tool).
+
+        Raises:
+            ConfigError: a set name is not one of the engine's tool sets, or the messages
+                are malformed.
+
+        **Cancellation:** the caller's cancel scope cancels the step; a cancelled step
+        leaves the session as the steps before it left it, but for what it had applied.
+
+        **Fail-open:** as ``select``: recall degrades to keywords; failed routing keeps
+        every server.
+        """
+        return await self._steps.prepare_step(messages, session, force_sets, release_sets)
+
+    async def update(
+        self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
+    ) -> None:
+        """Change the catalogue: ``remove`` ids, ``replace`` tools by id, ``add`` new tools.
+
+        Only tools whose embedding text changed are embedded again (the rest keep their
+        vectors); readers see the old snapshot or the new one, never a mix. Updates apply
+        one at a time.
+
+        Args:
+            add: tools to append.
+            remove: ids to drop.
+            replace: tools that replace the tools of the same ids.
+
+        Raises:
+            ConfigError: ``remove`` or ``replace`` names an id the catalogue does not have.
+            CatalogError: the result would have duplicate ids.
+
+        **Cancellation:** the caller's cancel scope cancels the update before the new
+        snapshot is swapped in; the old one stays served.
+
+        **Fail-open:** if embedding fails the new catalogue is served keyword-only
+        (``degraded``) and a ``fail_open`` event says why; if dedup fails every tool is
+        served.
+        """
+        await self._keeper.update(add=add, remove=remove, replace=replace)
+
+    async def decide(
+        self, request: DecisionRequest, *, provider: Decider | None = None
+    ) -> DecisionResult:
+        """``toolroute.decide`` under the provider's shared concurrency limit.
+
+        Args:
+            request: the questions and the shared state.
+            provider: a decider; the engine's by default.
+
+        Returns:
+            The provider's answers.
+
+        Raises:
+            DecisionError: as ``toolroute.decide``; also when the engine has no provider.
+
+        **Cancellation:** the caller's cancel scope cancels the request.
+
+        **Fail-open:** none: ``decide`` is the raising form; use ``try_decide`` to fail open.
+        """
+        return await self._decisions.decide(request, provider)
+
+    async def try_decide(
+        self,
+        request: DecisionRequest,
+        *,
+        provider: Decider | None = None,
+        deadline_s: float | None = None,
+    ) -> DecisionResult | None:
+        """``toolroute.try_decide`` with the engine's provider, its batches sharing the
+        provider's concurrency limit with every other caller; publishes ``decision.finished``.
+
+        Args:
+            request: the questions and the shared state.
+            provider: a decider; the engine's by default.
+            deadline_s: seconds for the whole call; none by default.
+
+        Returns:
+            The merged answers, or ``None``: carry on as before.
+
+        **Cancellation:** the caller's cancel scope cancels every batch.
+
+        **Fail-open:** ``None`` when there is no provider, every batch failed, or the
+        deadline passed; a failed batch costs only its own answers.
+        """
+        return await self._decisions.try_decide(request, provider, deadline_s)
+
+    async def route_servers(
+        self,
+        query: str | Sequence[Mapping[str, Any]],
+        *,
+        session: str | None = None,
+        servers: Sequence[Server] | Catalog | None = None,
+    ) -> RoutingOutcome:
+        """Which MCP servers the request needs (``toolroute.route_servers``) with the
+        engine's decider, generator and embedder, ``config.routing``, the session's routing
+        cache and sticky servers (``config.routing_session``); publishes
+        ``routing.finished`` (and ``fail_open`` when no judgement could be made).
+
+        Args:
+            query: the request, or the conversation as OpenAI- or Anthropic-style messages.
+            session: the conversation's id; the cache and stickiness need one.
+            servers: the servers to route among; the served catalogue's servers by default.
+
+        Returns:
+            A ``RoutingOutcome``.
+
+        **Cancellation:** the caller's cancel scope cancels the routing.
+
+        **Fail-open:** never raises for a provider failure: a failure, a late answer or
+        the routing deadline keeps every server (``failed_open``).
+        """
+        candidates = servers if servers is not None else self._keeper.snapshot.index.catalog
+        return await self._router.route_servers(query, candidates, session)
+
+    async def search_tools(
+        self, arguments: object, *, session: str | None = None, k: int = 5
+    ) -> dict[str, Any]:
+        """Handle a ``search_tools`` call (see ``search_tools_definition``).
+
+        Args:
+            arguments: the call's arguments, ``{"query": ...}`` or its JSON text.
+            session: the conversation; the tools found are shown on its next step.
+            k: how many tools to return.
+
+        Returns:
+            ``{"tools": [{"name", "description", "relevance"}], "hint"}``, ready to send back
+            to the model as the tool's output.
+
+        Raises:
+            ConfigError: the arguments are not a query.
+
+        **Cancellation:** the caller's cancel scope cancels the search.
+
+        **Fail-open:** as ``select``: recall degrades to keywords.
+        """
+        return await self._steps.search_tools(arguments, session, k)

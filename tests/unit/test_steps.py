@@ -22,7 +22,7 @@ TRAVEL = ToolSet(name="travel", members=["tool_8", "tool_9"], anchors=["tool_8"]
 
 def ranking(ids: list[str], outcome: Outcome = Outcome.APPLIED) -> Ranking:
     scores = tuple(1.0 - i / 100 for i in range(len(ids)))
-    return Ranking(tuple(ids), scores, "keyword", outcome)
+    return Ranking(tool_ids=tuple(ids), scores=scores, strategy="keyword", outcome=outcome)
 
 
 def test_no_request_text_shows_always_found_and_forced_members() -> None:

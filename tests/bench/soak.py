@@ -21,6 +21,10 @@ in every documented way (``soak_vendor.py``, its own process). Every result is c
 Modes: ``keyword`` (``embedder=None``) runs ``--ops`` operations; ``minilm`` (the default
 offline MiniLM embedder, far slower per query) runs ``--minilm-ops``. Targets: RSS growth
 <= 5 %, zero leaked tasks, zero invariant violations.
+
+Wrong-key decisions pass ``provider=`` to ``engine.decide``: by default a new provider per
+call, closed after it (a host with per-tenant keys does this);
+``--wrong-key-providers one`` reuses one for the run.
 """
 
 from __future__ import annotations
@@ -223,9 +227,12 @@ async def run_mode(
         return TypeSafeDecider(api_key=key, base_url=url, timeout_s=DECIDER_TIMEOUT_S)
 
     shared = decider(VENDOR_KEY)
+    wrong_key = decider("wrong-key")
+    fresh = args.wrong_key_providers == "fresh"
     providers = Providers(
-        make_bad_key=lambda: decider("wrong-key"),
+        make_bad_key=(lambda: decider("wrong-key")) if fresh else (lambda: wrong_key),
         closed_port=decider(VENDOR_KEY, f"http://127.0.0.1:{closed_port()}"),
+        fresh=fresh,
     )
     engine_args: dict[str, Any] = {"embedder": None} if keyword_only else {}
     log = LogCount()
@@ -269,7 +276,7 @@ async def run_mode(
         wall_s = time.perf_counter() - started
         end = await probe(args.settle)
         print(f"[{mode}] at the end: {end}", flush=True)
-    for provider in (shared, providers.closed_port):
+    for provider in (shared, wrong_key, providers.closed_port):
         await provider.aclose()  # type: ignore[attr-defined]
     library_logger.removeHandler(log)
     return ModeResult(mode, ops, wall_s, warm, end, tally, warmup_s, log.counts)
@@ -288,6 +295,7 @@ def table(results: Sequence[ModeResult], source: str, command: str) -> str:
         "",
         f"Command: `{command}`  ",
         f"Catalogue: {CATALOGUE_SIZE} tools ({source}); machine: {os.cpu_count()} cores.",
+        "Targets: RSS growth <= 5 %, tasks and fds back to their warm-up count, 0 violations.",
         "",
         "| mode | select + step ops | ops/s | cancelled | route / decide calls | updates "
         "| subscriptions | RSS warm → end (MiB) | RSS growth | tasks warm → end | fds warm → end "
@@ -368,6 +376,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds of rest before each measurement"
+    )
+    parser.add_argument(
+        "--wrong-key-providers",
+        choices=["fresh", "one"],
+        default="fresh",
+        help="a new wrong-key decider per call (each closed after), or one for the run",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

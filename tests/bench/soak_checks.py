@@ -48,7 +48,7 @@ class Snapshots:
     mixes two.
     """
 
-    def __init__(self, ids: Iterable[str], servers: Iterable[str], keep: int = 256) -> None:
+    def __init__(self, ids: Iterable[str], servers: Iterable[str], keep: int = 32) -> None:
         self._sets: deque[tuple[frozenset[str], frozenset[str]]] = deque(maxlen=keep)
         self.version = -1  # number of the newest set
         self.push(ids, servers)
@@ -173,7 +173,7 @@ class Tally:
     def violated(self, rules: Iterable[str], context: str = "") -> None:
         for rule in rules:
             self.violations[rule] += 1
-            if len(self.examples) < 25:
+            if self.violations[rule] <= 3 and len(self.examples) < 25:  # a few of each
                 self.examples.append(f"{rule} ({context})" if context else rule)
 
     def overshoot(self, elapsed: float, bound: float, slack: float, what: str) -> None:

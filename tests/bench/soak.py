@@ -57,7 +57,7 @@ from soak_checks import Tally  # noqa: E402
 from soak_load import Catalogue, Plan, Providers, Workload  # noqa: E402
 
 from toolroute import Catalog, EngineConfig, Tool, ToolSet, load_queries, open_engine  # noqa: E402
-from toolroute.providers import Decider, TypeSafeDecider  # noqa: E402
+from toolroute.providers import HttpDecider, TypeSafeDecider  # noqa: E402
 
 CATALOGUE_SIZE = 1_000
 PINNED = 30  # tools never removed: always_active and tool-set members
@@ -145,9 +145,11 @@ async def probe(settle_s: float) -> Probe:
     """The process at rest: after ``settle_s`` for abandoned work to drain, and a collection."""
     await trio.sleep(settle_s)
     gc.collect()
+    root = trio.lowlevel.current_root_task()
+    assert root is not None  # we are inside trio.run
     return Probe(
         rss_kib=rss_kib(),
-        tasks=count_tasks(trio.lowlevel.current_root_task()),
+        tasks=count_tasks(root),
         fds=len(os.listdir("/proc/self/fd")),
         threads=threading.active_count(),
     )
@@ -223,7 +225,7 @@ async def run_mode(
         route_deadline_s=config.routing.deadline_s,
     )
 
-    def decider(key: str, url: str = vendor_url) -> Decider:
+    def decider(key: str, url: str = vendor_url) -> HttpDecider:
         return TypeSafeDecider(api_key=key, base_url=url, timeout_s=DECIDER_TIMEOUT_S)
 
     shared = decider(VENDOR_KEY)
@@ -277,7 +279,7 @@ async def run_mode(
         end = await probe(args.settle)
         print(f"[{mode}] at the end: {end}", flush=True)
     for provider in (shared, wrong_key, providers.closed_port):
-        await provider.aclose()  # type: ignore[attr-defined]
+        await provider.aclose()
     library_logger.removeHandler(log)
     return ModeResult(mode, ops, wall_s, warm, end, tally, warmup_s, log.counts)
 

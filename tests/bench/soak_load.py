@@ -43,7 +43,7 @@ from toolroute import (
     Tool,
     ToolSet,
 )
-from toolroute.providers import Decider
+from toolroute.providers import Decider, HttpDecider
 
 #: Checked on each sampled latency; keeping every one would grow memory with the run.
 LATENCY_SAMPLE_EVERY = 97
@@ -72,8 +72,8 @@ class Providers:
     port. ``make_bad_key`` builds one per call (``fresh``: a rejected key latches, so each
     sees its 401) or returns the same one (then refused without a request once latched)."""
 
-    make_bad_key: Callable[[], Decider]
-    closed_port: Decider
+    make_bad_key: Callable[[], HttpDecider]
+    closed_port: HttpDecider
     fresh: bool = True
 
 
@@ -288,7 +288,7 @@ class Workload:
 
     async def _caller_mistake(self) -> None:
         """A caller's mistake is a clear ``ConfigError``, never swallowed by fail-open."""
-        mistakes = [
+        mistakes: list[Callable[[], Awaitable[object]]] = [
             lambda: self.engine.select("weather", max_toolz=3),
             lambda: self.engine.select("weather", always_active=["no such tool"]),
             lambda: self.engine.prepare_step([{"role": "user", "content": "hi"}], force_sets=["?"]),
@@ -406,9 +406,8 @@ class Workload:
             if rng.random() < 0.7:
                 questions[f"q{i}"] = BooleanQuestion(f"Does the request need tool {i}?")
             else:
-                questions[f"q{i}"] = ChoiceQuestion(
-                    "Which tone fits?", {"formal": None, "casual": None, "terse": None}
-                )
+                options: dict[str, Any] = {"formal": None, "casual": None, "terse": None}
+                questions[f"q{i}"] = ChoiceQuestion("Which tone fits?", options)
         return DecisionRequest(state={"request": self._query()[:2000]}, questions=questions)
 
     async def _decision_caller(self) -> None:
@@ -427,7 +426,7 @@ class Workload:
                 finally:
                     if self.providers.fresh:
                         with trio.move_on_after(2.0, shield=True):
-                            await bad.aclose()  # type: ignore[attr-defined]
+                            await bad.aclose()
             else:
                 await self._decide(self.providers.closed_port, "decide (closed port)", "network")
 

@@ -167,7 +167,8 @@ class Tally:
     violations: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
     dropped_events: int = 0
-    max_overshoot_s: float = 0.0  # worst time past a deadline (caller's or engine's)
+    # Worst time past a deadline (the caller's, or the engine's own), per operation.
+    max_overshoot_s: dict[str, float] = field(default_factory=dict)
     latencies_s: list[float] = field(default_factory=list)  # a sample, for percentiles
 
     def violated(self, rules: Iterable[str], context: str = "") -> None:
@@ -178,6 +179,6 @@ class Tally:
 
     def overshoot(self, elapsed: float, bound: float, slack: float, what: str) -> None:
         late = elapsed - bound
-        self.max_overshoot_s = max(self.max_overshoot_s, late)
+        self.max_overshoot_s[what] = max(self.max_overshoot_s.get(what, late), late)
         if late > slack:
             self.violated([f"{what}: finished past its deadline + slack"], f"{late:.2f} s late")

@@ -9,8 +9,10 @@ about 20), the other ~1,400 feed catalogue updates; requests are MetaTool querie
 datasets the tools and queries are synthetic (the report says which).
 
 Each mode opens one engine (``open_engine``) and runs a warm-up phase (``--warmup-ops``, 5 %
-of the operations; nearly all its requests carry new words, so the engine's bounded caches,
-such as the tokeniser's 2 x 65,536 words, are full before the baseline is taken) and then the
+of the operations; it starts with bursts of long requests from every caller at once, the
+largest embedding batches, whose buffers the model runtime keeps, and nearly all its requests
+carry new words, so the engine's bounded caches, such as the tokeniser's 2 x 65,536 words,
+are full before the baseline is taken) and then the
 main phase (4 % of requests with new words); between and after, with no call in flight, it
 measures the process: RSS (``/proc/self/status`` VmRSS), open trio tasks (the task tree
 under the root task), open file descriptors (``/proc/self/fd``) and threads. Phases run the
@@ -255,7 +257,7 @@ async def run_mode(
         warmup_s = time.perf_counter() - started
         workload = Workload(engine, catalogue, tool_sets, queries, providers, plan, args.seed)
         print(f"[{mode}] ready in {warmup_s:.1f} s; warm-up phase: {warmup_ops} ops", flush=True)
-        await workload.run(warmup_ops, fresh_share=args.warmup_fresh)
+        await workload.run(warmup_ops, fresh_share=args.warmup_fresh, peak_first=True)
         warm = await probe(args.settle)
         print(f"[{mode}] after warm-up: {warm}; main phase: {ops} ops", flush=True)
         started = time.perf_counter()

@@ -125,15 +125,19 @@ class Workload:
         self._latency_tick = 0
         self._fresh_share = 0.04
 
-    async def run(self, ops: int, fresh_share: float = 0.04) -> Tally:
+    async def run(self, ops: int, fresh_share: float = 0.04, peak_first: bool = False) -> Tally:
         """Run ``ops`` select/step calls with everything else going on; the phase's tally.
 
         ``fresh_share`` of the requests carry two words never seen before, so the engine's
         bounded caches keep meeting new text (a warm-up sends more of them, to fill those
-        caches before the process is measured).
+        caches before the process is measured). ``peak_first`` starts with bursts of long
+        requests from every caller at once: the largest embedding batches, whose buffers a
+        model runtime keeps, come before the measurement rather than during it.
         """
         self.tally, self._remaining, self._done = Tally(), ops, trio.Event()
         self._fresh_share = fresh_share
+        if peak_first:
+            await self._peak_bursts()
         async with trio.open_nursery() as background:
             background.start_soon(self._updater)
             for i in range(self.plan.subscribers):
@@ -145,6 +149,18 @@ class Workload:
                     callers.start_soon(self._caller)
             self._done.set()  # background loops finish their current call and return
         return self.tally
+
+    async def _peak_bursts(self, rounds: int = 4) -> None:
+        async def long_select(seed: int) -> None:
+            # Several requests joined: longer than the embedder's 128-token window.
+            text = " ".join(random.Random(seed).sample(self.queries, 12))
+            self.tally.ops["peak burst select"] += 1
+            await self.engine.select(text)
+
+        for round_ in range(rounds):
+            async with trio.open_nursery() as nursery:
+                for i in range(self.plan.callers):
+                    nursery.start_soon(long_select, round_ * self.plan.callers + i)
 
     # -- helpers ---------------------------------------------------------------------------
 

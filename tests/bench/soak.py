@@ -9,12 +9,13 @@ about 20), the other ~1,400 feed catalogue updates; requests are MetaTool querie
 datasets the tools and queries are synthetic (the report says which).
 
 Each mode opens one engine (``open_engine``) and runs a warm-up phase (``--warmup-ops``, 5 %
-of the operations; it starts with bursts of long requests from every caller at once, the
+of the operations, at least 10,000; it starts with bursts of long requests from every caller at once, the
 largest embedding batches, whose buffers the model runtime keeps, and nearly all its requests
 carry new words, so the engine's bounded caches, such as the tokeniser's 2 x 65,536 words,
 are full before the baseline is taken) and then the
 main phase (4 % of requests with new words); between and after, with no call in flight, it
-measures the process: RSS (``/proc/self/status`` VmRSS), open trio tasks (the task tree
+measures the process: RSS (``/proc/self/status`` VmRSS, after a collection and glibc's
+``malloc_trim``; the untrimmed figure too), open trio tasks (the task tree
 under the root task), open file descriptors (``/proc/self/fd``) and threads. Phases run the
 workload of ``soak_load.py``: concurrent ``select``/``prepare_step`` callers (a quarter under
 random short deadlines), catalogue updates every few seconds, subscribers joining and
@@ -34,6 +35,8 @@ call, closed after it (a host with per-tenant keys does this);
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import logging
@@ -128,7 +131,8 @@ def load_request_texts(datasets: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Probe:
-    rss_kib: int
+    rss_kib: int  # after malloc_trim: memory still in use (and fragmentation)
+    untrimmed_rss_kib: int  # as the process held it: free heap pages included
     tasks: int
     fds: int
     threads: int
@@ -141,6 +145,12 @@ def rss_kib() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
+def trim_heap() -> None:
+    """Hand free heap pages back to the OS (glibc), so RSS shows memory still in use."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def count_tasks(task: trio.lowlevel.Task) -> int:
     return 1 + sum(count_tasks(child) for n in task.child_nurseries for child in n.child_tasks)
 
@@ -151,8 +161,11 @@ async def probe(settle_s: float) -> Probe:
     gc.collect()
     root = trio.lowlevel.current_root_task()
     assert root is not None  # we are inside trio.run
+    untrimmed = rss_kib()
+    trim_heap()
     return Probe(
         rss_kib=rss_kib(),
+        untrimmed_rss_kib=untrimmed,
         tasks=count_tasks(root),
         fds=len(os.listdir("/proc/self/fd")),
         threads=threading.active_count(),
@@ -302,11 +315,13 @@ def table(results: Sequence[ModeResult], source: str, command: str) -> str:
         f"Command: `{command}`  ",
         f"Catalogue: {CATALOGUE_SIZE} tools ({source}); machine: {os.cpu_count()} cores.",
         "Targets: RSS growth <= 5 %, tasks and fds back to their warm-up count, 0 violations.",
+        "RSS is read after `gc.collect()` and glibc's `malloc_trim(0)` (free heap pages handed "
+        "back), so it counts memory in use; the untrimmed figure is what the process held.",
         "",
         "| mode | select + step ops | ops/s | cancelled | route / decide calls | updates "
-        "| subscriptions | RSS warm → end (MiB) | RSS growth | tasks warm → end | fds warm → end "
-        "| threads warm → end | violations |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| subscriptions | RSS warm → end (MiB) | RSS growth | untrimmed RSS growth "
+        "| tasks warm → end | fds warm → end | threads warm → end | violations |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         t = r.tally
@@ -317,7 +332,9 @@ def table(results: Sequence[ModeResult], source: str, command: str) -> str:
             f"| {r.mode} | {done:,} | {done / r.wall_s:,.0f} | {cancelled:,} | {decisions:,} "
             f"| {t.ops['update']:,} | {t.ops['subscribe']:,} "
             f"| {r.warm.rss_kib / 1024:.1f} → {r.end.rss_kib / 1024:.1f} "
-            f"| {growth(r.warm.rss_kib, r.end.rss_kib)} | {r.warm.tasks} → {r.end.tasks} "
+            f"| {growth(r.warm.rss_kib, r.end.rss_kib)} "
+            f"| {growth(r.warm.untrimmed_rss_kib, r.end.untrimmed_rss_kib)} "
+            f"| {r.warm.tasks} → {r.end.tasks} "
             f"| {r.warm.fds} → {r.end.fds} | {r.warm.threads} → {r.end.threads} "
             f"| {sum(t.violations.values())} |"
         )
@@ -373,7 +390,9 @@ def main() -> None:
         default=50_000,
         help="the same with the default MiniLM embedder (0 to skip)",
     )
-    parser.add_argument("--warmup-ops", type=int, default=None, help="default: 5 %% of the ops")
+    parser.add_argument(
+        "--warmup-ops", type=int, default=None, help="default: 5 %% of the ops, at least 10,000"
+    )
     parser.add_argument(
         "--warmup-fresh",
         type=float,
@@ -420,7 +439,7 @@ def main() -> None:
         results = []
         for mode, ops in (("keyword", args.ops), ("minilm", args.minilm_ops)):
             if ops > 0:
-                warmup = args.warmup_ops if args.warmup_ops is not None else max(ops // 20, 500)
+                warmup = args.warmup_ops if args.warmup_ops is not None else max(ops // 20, 10_000)
                 results.append(trio.run(run_mode, mode, ops, warmup, tools, queries, url, args))
     finally:
         assert vendor.stdin is not None

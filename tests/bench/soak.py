@@ -8,20 +8,21 @@ MetaTool; LiveMCPBench tools keep their MCP server, the others are grouped into 
 about 20), the other ~1,400 feed catalogue updates; requests are MetaTool queries. Without the
 datasets the tools and queries are synthetic (the report says which).
 
-Each mode opens one engine (``open_engine``) and runs a warm-up phase (``--warmup-ops``, 5 %
-of the operations, at least 10,000; it starts with bursts of long requests from every caller at once, the
-largest embedding batches, whose buffers the model runtime keeps, and nearly all its requests
-carry new words, so the engine's bounded caches, such as the tokeniser's 2 x 65,536 words,
-are full before the baseline is taken) and then the
-main phase (4 % of requests with new words); between and after, with no call in flight, it
-measures the process: RSS (``/proc/self/status`` VmRSS, after a collection and glibc's
-``malloc_trim``; the untrimmed figure too), open trio tasks (the task tree
-under the root task), open file descriptors (``/proc/self/fd``) and threads. Phases run the
-workload of ``soak_load.py``: concurrent ``select``/``prepare_step`` callers (a quarter under
-random short deadlines), catalogue updates every few seconds, subscribers joining and
-leaving, and ``route_servers``/``decide``/``try_decide`` against a loopback vendor that fails
-in every documented way (``soak_vendor.py``, its own process). Every result is checked
-(``soak_checks.py``).
+Each mode opens one engine (``open_engine``) and runs a warm-up phase, then the main phase.
+The warm-up (``--warmup-ops``: 5 % of the operations, at least 10,000) starts with bursts of
+long requests from every caller at once (the largest embedding batches, whose buffers the
+model runtime keeps), and nearly all its requests carry new words, so the engine's bounded
+caches (the tokeniser's 2 x 65,536 words, the session store) are full before the baseline;
+in the main phase 4 % of requests carry new words. After each phase, with no call in
+flight, it measures the process: RSS (``/proc/self/status`` VmRSS after a collection and
+glibc's ``malloc_trim``, and untrimmed), open trio tasks (the task tree under the root
+task), open file descriptors (``/proc/self/fd``) and threads.
+
+Phases run the workload of ``soak_load.py``: concurrent ``select``/``prepare_step`` callers
+(a quarter under random short deadlines), catalogue updates every few seconds, subscribers
+joining and leaving, and ``route_servers``/``decide``/``try_decide`` against a loopback
+vendor that fails in every documented way (``soak_vendor.py``, its own process). Every
+result is checked (``soak_checks.py``).
 
 Modes: ``keyword`` (``embedder=None``) runs ``--ops`` operations; ``minilm`` (the default
 offline MiniLM embedder, far slower per query) runs ``--minilm-ops``. Targets: RSS growth

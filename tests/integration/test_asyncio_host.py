@@ -105,7 +105,7 @@ def test_cancelling_the_awaitable_cancels_the_trio_work() -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            for _ in range(100):
+            for _ in range(1000):  # up to 10 s: a loaded machine may be slow to switch
                 if seen:
                     break
                 await asyncio.sleep(0.01)
@@ -115,7 +115,7 @@ def test_cancelling_the_awaitable_cancels_the_trio_work() -> None:
 
     elapsed = asyncio.run(main())
     assert seen == ["cancelled"]
-    assert elapsed < 2
+    assert elapsed < 15  # cancelled, not the 30 s sleep waited out (generous: real time)
 
 
 def test_errors_reach_the_asyncio_caller() -> None:

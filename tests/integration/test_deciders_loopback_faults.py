@@ -98,21 +98,23 @@ async def test_429_retry_after_seconds_is_waited_out_then_succeeds(vendor: str) 
             waited = elapsed_since(started)
     assert len(server.requests) == 2
     assert result.answers
-    assert 0.2 <= waited < 1.5  # honoured exactly, without the default back-off
+    # Honoured (waiting it exactly, without the default back-off, is test_http_rules' pure
+    # test); the upper bound only catches a runaway wait, generous for a loaded machine.
+    assert 0.2 <= waited < 5.0
 
 
 @pytest.mark.parametrize("vendor", ["typesafe", "xor", "perplexity", "clef", "openai_decisions"])
 async def test_429_retry_after_date_beyond_the_budget_fails_at_once(vendor: str) -> None:
     with serve_vendor(vendor, api_key=API_KEY) as server:
-        server.fault = Fault.error(429, retry_after=3, retry_after_date=True)
-        async with opened(vendor, server, timeout_s=1.0) as decider:
+        server.fault = Fault.error(429, retry_after=30, retry_after_date=True)
+        async with opened(vendor, server, timeout_s=20.0) as decider:
             started = trio.current_time()
             error = await failure(decider, fixture_request(vendor))
             waited = elapsed_since(started)
     assert (error.kind, error.retryable) == ("rate_limit", True)
     assert "Retry-After" in str(error)
     assert len(server.requests) == 1
-    assert waited < 0.5  # well below the 1 s budget: no pointless wait
+    assert waited < 10.0  # well below the 20 s budget: no pointless wait
 
 
 @pytest.mark.parametrize("status", [503, 529])
@@ -234,9 +236,9 @@ async def test_slow_within_the_budget_succeeds(vendor: str) -> None:
 @pytest.mark.parametrize(
     ("vendor", "fault"),
     [
-        ("typesafe", Fault.slow(5.0)),
-        ("clef", Fault.slow(5.0)),
-        ("scaledown", Fault.slow(5.0)),
+        ("typesafe", Fault.slow(30.0)),
+        ("clef", Fault.slow(30.0)),
+        ("scaledown", Fault.slow(30.0)),
         ("perplexity", Fault.hang()),
         ("openai_decisions", Fault.hang()),
         ("logprob", Fault.hang()),
@@ -251,7 +253,7 @@ async def test_no_answer_within_the_budget_is_a_timeout(vendor: str, fault: Faul
             error = await failure(decider, fixture_request(vendor, timeout_s=0.5))
             waited = elapsed_since(started)
     assert (error.kind, error.retryable) == ("timeout", True)
-    assert 0.5 <= waited < 1.5
+    assert 0.5 <= waited < 5.0  # by the 0.5 s deadline, not the reply (generous: real I/O)
     assert len(server.requests) == 1  # no retry can start after the deadline
 
 

@@ -714,15 +714,15 @@ def test_broken_connections(kind: str, client: httpx.Client) -> None:
 
 def test_slow_waits_real_time(client: httpx.Client) -> None:
     with serve_vendor("laya") as server:
-        server.fault = [Fault.slow(0.3)]
+        server.fault = [Fault.slow(1.0)]
         started = time.monotonic()
         assert post(client, server, "laya").status_code == 200
         slow = time.monotonic() - started
         started = time.monotonic()
         post(client, server, "laya")
         fast = time.monotonic() - started
-    assert slow >= 0.3
-    assert fast < 0.2
+    assert slow >= 1.0
+    assert fast < 1.0  # only the first request was slowed (a margin a loaded machine keeps)
 
 
 def test_persistent_fault_until_cleared(client: httpx.Client) -> None:
@@ -753,17 +753,18 @@ def test_hang_is_released_on_shutdown() -> None:
         server.fault = Fault.hang()
         thread = threading.Thread(target=call, args=(server.url(fixture["path"]),))
         thread.start()
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + 10.0
         while not server.requests and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.1)
         assert not finished, "a hung request must not be answered"
         leaving = time.monotonic()
     left = time.monotonic()
-    thread.join(timeout=2.0)
+    thread.join(timeout=10.0)
     assert not thread.is_alive()
-    assert left - leaving < 1.0
-    assert finished[0] - leaving < 1.0
+    # Released at once, not at the client's 10 s timeout (bounds generous for a loaded machine).
+    assert left - leaving < 5.0
+    assert finished[0] - leaving < 5.0
     assert isinstance(outcome[0], httpx.RemoteProtocolError)
 
 
@@ -777,16 +778,16 @@ def test_delay_for_and_heavy_tailed_schedule(client: httpx.Client) -> None:
     body = sorted(d for d in schedule if d < 2.0)
     assert body[len(body) // 2] == pytest.approx(0.4, rel=0.15)
     with serve_vendor("typesafe") as server:
-        server.delay_for = cycle_delays([0.25, 0.0])
+        server.delay_for = cycle_delays([1.0, 0.0])
         times, upstream = [], []
         for _ in range(2):
             started = time.monotonic()
             response = post(client, server, "typesafe")
             times.append(time.monotonic() - started)
             upstream.append(int(response.headers["x-envoy-upstream-service-time"]))
-    assert times[0] >= 0.25
-    assert upstream[0] >= 250
-    assert times[1] < 0.2
+    assert times[0] >= 1.0
+    assert upstream[0] >= 1000
+    assert times[1] < 1.0  # the second delay is 0 (a margin a loaded machine keeps)
 
 
 def test_requests_are_recorded_with_lowercase_headers(client: httpx.Client) -> None:

@@ -255,7 +255,9 @@ def test_429_with_retry_after_waits_then_succeeds(server: FakeOpenAI, make: Any)
     assert vectors.shape == (2, DIM)
     assert len(server.seen) == 2
     waited = server.seen[1].at - server.seen[0].at
-    assert 0.95 <= waited < 1.6
+    # At least the Retry-After; waiting it exactly is test_http_rules' (pure) concern, and
+    # real I/O on a loaded machine adds its own delay.
+    assert 0.95 <= waited < 10.0
 
 
 def test_429_with_retry_after_beyond_budget_fails_at_once(server: FakeOpenAI, make: Any) -> None:
@@ -266,11 +268,11 @@ def test_429_with_retry_after_beyond_budget_fails_at_once(server: FakeOpenAI, ma
             headers={"Retry-After": "30"},
         ),
     )
-    embedder = make(deadline_s=2.0)
+    embedder = make(deadline_s=20.0)
     started = time.monotonic()
     with pytest.raises(ProviderError, match="Retry-After") as info:
         embedder.embed(["a"])
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 10.0  # well below the 20 s budget: no pointless wait
     assert info.value.status == 429
     assert info.value.retryable
     assert "rate_limit_exceeded" in str(info.value)
@@ -326,12 +328,12 @@ def test_400_is_not_retried(server: FakeOpenAI, make: Any) -> None:
 
 
 def test_hang_times_out(server: FakeOpenAI, make: Any) -> None:
-    server.then(Reply(hang_s=3.0))
+    server.then(Reply(hang_s=30.0))  # released when the server stops
     embedder = make(read_timeout_s=0.3, retry=RetryPolicy(retries=0))
     started = time.monotonic()
     with pytest.raises(ProviderError, match="timed out") as info:
         embedder.embed(["a"])
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5.0  # the read timeout, not the hang (generous)
     assert info.value.retryable
     assert info.value.status is None
 

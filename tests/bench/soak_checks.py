@@ -11,14 +11,8 @@ from collections import Counter, deque
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from toolroute import (
-    DecisionRequest,
-    DecisionResult,
-    Outcome,
-    RoutingOutcome,
-    Selection,
-    StepSelection,
-)
+from toolroute import Outcome, RoutingOutcome, Selection, StepSelection
+from toolroute.decisions import DecisionRequest, DecisionResult
 
 #: Outcomes that must say why.
 NEEDS_REASON = frozenset({Outcome.DEGRADED, Outcome.FAILED_OPEN})

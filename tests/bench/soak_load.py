@@ -32,17 +32,8 @@ from soak_checks import (
     check_step,
 )
 
-from toolroute import (
-    BooleanQuestion,
-    ChoiceQuestion,
-    ConfigError,
-    DecisionError,
-    DecisionRequest,
-    Engine,
-    Server,
-    Tool,
-    ToolSet,
-)
+from toolroute import ConfigError, DecisionError, Engine, Server, Tool, ToolSet
+from toolroute.decisions import BooleanQuestion, ChoiceQuestion, DecisionRequest
 from toolroute.providers import Decider, HttpDecider
 
 #: Checked on each sampled latency; keeping every one would grow memory with the run.

@@ -14,6 +14,7 @@ import toolroute.config
 import toolroute.decisions
 import toolroute.events
 import toolroute.providers
+import toolroute.stores
 import toolroute.testing
 from toolroute._core.public import is_private_home
 
@@ -112,6 +113,18 @@ DECISIONS = {
     "read_score",
     "try_decide",
 }
+STORES = {
+    "EmbeddingCache",
+    "EmbeddingStore",
+    "EnrichmentCache",
+    "EnrichmentStore",
+    "MemoryRoutingCache",
+    "MemorySessionStore",
+    "RoutingCache",
+    "SessionState",
+    "SessionStore",
+    "Stores",
+}
 TESTING = {"Fault", "ScriptedDecider", "ScriptedEmbedder", "ScriptedGenerator", "inline_cpu"}
 PROVIDERS = {
     "AnthropicGenerator",
@@ -152,6 +165,7 @@ PUBLIC_MODULES = [
     (toolroute.events, EVENTS),
     (toolroute.decisions, DECISIONS),
     (toolroute.testing, TESTING),
+    (toolroute.stores, STORES),
     (toolroute.providers, PROVIDERS),
 ]
 

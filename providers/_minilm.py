@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core.errors import EmbedderError, ModelIntegrityError
+from .._core.text import MODEL_TEXT_CHARS, bounded
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -98,7 +99,10 @@ class MiniLMEmbedder:
         EmbedderError: a file is missing or unreadable, ``onnxruntime`` or
             ``tokenizers`` is not installed, or the runtime rejects the model.
 
-    Texts longer than 128 tokens are truncated. ``embed`` stable-sorts texts by
+    Texts longer than 128 tokens are truncated; before that, each text is cut to
+    ``MODEL_TEXT_CHARS`` characters (``toolroute._core.text``), more than any
+    dataset text needs for 128 tokens, so a 2 MB text costs what a page costs.
+    ``embed`` stable-sorts texts by
     token count, runs batches of ``max_batch`` padded only to the longest text in
     the batch, and returns rows in the caller's order. A single text skips the
     batching machinery (about 3 ms on 2 cores).
@@ -232,14 +236,14 @@ class MiniLMEmbedder:
     def _embed_one(self, text: str) -> npt.NDArray[np.float32]:
         # One text is never padded, so the mask is all ones and mean pooling is a
         # plain mean; `encode` is cheaper than `encode_batch` for one text.
-        ids = np.array(self._tokenizer.encode(text).ids, dtype=np.int64)[None, :]
+        ids = np.array(self._tokenizer.encode(bounded(text, MODEL_TEXT_CHARS)).ids, dtype=np.int64)[None, :]
         hidden = self._run(ids, np.ones_like(ids))
         vec = hidden[0].mean(axis=0, dtype=np.float32, keepdims=True)
         vec /= max(float(np.sqrt(vec @ vec.T)[0, 0]), _EPS)
         return np.asarray(vec, dtype=np.float32)
 
     def _embed_window(self, texts: Sequence[str], out: npt.NDArray[np.float32]) -> None:
-        encodings = self._tokenizer.encode_batch(list(texts))
+        encodings = self._tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])
         # Padded to the window's longest text; each batch below is sliced down to
         # its own longest, which is the point of sorting by length.
         ids = np.array([e.ids for e in encodings], dtype=np.int64)

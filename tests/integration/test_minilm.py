@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import threading
 import time
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from toolroute import EmbedderError, ModelIntegrityError
+from toolroute._core.text import MODEL_TEXT_CHARS, bounded
 from toolroute.providers import Embedder, _minilm
 from toolroute.providers._minilm import (
     MINILM_MODEL_SHA256,
@@ -180,3 +182,46 @@ def test_default_embedder_loads_once_under_concurrent_first_calls(
 
 def test_default_embedder_is_shared(emb: MiniLMEmbedder) -> None:
     assert default_embedder() is emb
+
+
+# -- bounded work per text ----------------------------------------------------------------------
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+
+
+def _dataset_texts() -> list[str]:
+    from toolroute import Catalog
+    from toolroute._core.text import embedding_text
+
+    texts: list[str] = []
+    for folder in sorted(DATASETS.iterdir()):
+        texts.extend(embedding_text(tool) for tool in Catalog.from_file(folder / "tools.json"))
+        for queries in sorted(folder.glob("*queries*.json")):
+            texts.extend(item["query"] for item in json.loads(queries.read_text("utf-8")))
+    return texts
+
+
+@pytest.mark.skipif(not DATASETS.is_dir(), reason="needs ../shared/datasets")
+def test_the_character_bound_changes_nothing_the_model_reads_on_any_dataset() -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(_minilm._default_tokenizer_path()))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(128)
+    texts = _dataset_texts()
+    assert len(texts) > 20_000
+    whole = tokenizer.encode_batch(texts)
+    cut = tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])
+    changed = [t[:80] for t, a, b in zip(texts, whole, cut, strict=True) if a.ids != b.ids]
+    assert changed == []
+
+
+def test_a_2mb_text_embeds_as_its_bounded_prefix(emb: MiniLMEmbedder) -> None:
+    huge = "please summarise this quarterly report for the board. " * 40_000
+    assert len(huge) > 2_000_000
+    prefix = bounded(huge, MODEL_TEXT_CHARS)
+    assert len(prefix) <= MODEL_TEXT_CHARS
+    np.testing.assert_array_equal(emb.embed([huge]), emb.embed([prefix]))
+    np.testing.assert_allclose(emb.embed([huge, "x"])[0], emb.embed([prefix])[0], atol=1e-5)
+    # the model reads 128 word pieces: the prefix holds them all, so it is the same vector
+    np.testing.assert_allclose(emb.embed([huge[:2_000]])[0], emb.embed([prefix])[0], atol=1e-6)

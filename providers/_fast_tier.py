@@ -1,0 +1,286 @@
+"""The fast tier: a request's vector as the mean of static token rows, in MiniLM's space.
+
+Each token of the vendored BERT vocabulary gets one 384-d row. The rows start from the
+*distilled* table (every token id run through the bundled MiniLM on its own: ~15-25 s on two
+cores, once per model) and are then *learned*: ridge least squares (``_ridge``) fits them so
+that the mean of a text's rows matches the full model's sentence vector for that text. A
+request's fast vector therefore lives in the full model's space and is scored against the
+full tier's **tool** vectors: no second tool matrix. Embedding one request is a tokeniser call
+and a mean of at most 128 rows (~0.1 ms).
+
+The initial fit uses the catalogue's tool texts; every request the full tier answers is a
+free training pair (``learn``), and ``refit`` solves again from the running statistics. The
+table and the statistics (never texts) persist in ``cache_dir/fast-tier/<model sha256>/``,
+each file checked against the sha256 recorded in ``manifest.json``; a missing, corrupt or
+mismatched file is rebuilt from the installed model. Nothing here uses the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from .._core.text import MODEL_TEXT_CHARS, bounded
+from ._ridge import RidgeStats, solve
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from ._minilm import MiniLMEmbedder
+
+F32 = npt.NDArray[np.float32]
+
+#: Bump when the files' meaning changes: old caches are then rebuilt, not misread.
+FORMAT: Final = 1
+#: Pull of the fit towards the distilled rows; chosen on the dev splits (0.01 vs 0.001).
+DEFAULT_RIDGE: Final = 0.01
+_MAX_TOKENS: Final = 128
+_CLS, _SEP = 101, 102
+# Token ids run through the model per forward pass while distilling.
+_DISTIL_BATCH: Final = 512
+
+
+class FastTier:
+    """Request vectors from learned static token rows, in the full model's space.
+
+    Build it with ``FastTier.open``. It satisfies the ``Embedder`` protocol for requests only:
+    tool vectors must come from the full model it was distilled from.
+
+    **Threads:** ``embed`` may run in any thread while ``learn`` and ``refit`` run in another:
+    the table is swapped whole, never mutated in place. Run ``open``, ``learn``, ``refit``
+    and ``save`` in a worker thread (``trio.to_thread.run_sync``): they take from
+    milliseconds (``learn``) to tens of seconds (a first ``open``).
+    """
+
+    dim: int
+    max_batch: int
+    identity: str
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        distilled: F32,
+        stats: RidgeStats,
+        table: F32,
+        *,
+        model_sha256: str,
+        directory: Path | None,
+        ridge: float = DEFAULT_RIDGE,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._distilled = distilled
+        self._stats = stats
+        self._table = table
+        self._fit_lock = threading.Lock()
+        self.model_sha256 = model_sha256
+        self.directory = directory
+        self.ridge = ridge
+        self.dim = int(distilled.shape[1])
+        self.max_batch = 256
+        self.identity = f"fast-tier:{model_sha256[:16]}"
+
+    @classmethod
+    def open(
+        cls,
+        embedder: MiniLMEmbedder,
+        *,
+        cache_dir: str | os.PathLike[str] | None,
+        tool_texts: Sequence[str] = (),
+        tool_vectors: F32 | None = None,
+        ridge: float = DEFAULT_RIDGE,
+        max_pairs: int = 4_000_000,
+    ) -> FastTier:
+        """The fast tier of ``embedder``'s model: loaded from ``cache_dir`` or built.
+
+        Args:
+            embedder: the full model; its files are the only input (no network).
+            cache_dir: where the table and statistics live; ``None`` keeps them in memory.
+            tool_texts: the catalogue's embedding texts, for the first fit when nothing
+                was learned yet.
+            tool_vectors: the full model's vectors of ``tool_texts`` (embedded when omitted).
+            ridge: the fit's pull towards the distilled rows.
+            max_pairs: bound of the co-occurrence statistics (see ``RidgeStats``).
+
+        Raises:
+            EmbedderError: the model failed while distilling.
+
+        **Fail-open:** an unreadable, corrupt or mismatched cache is rebuilt, never trusted.
+        """
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(embedder.tokenizer_path))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(_MAX_TOKENS)
+        sha = embedder.model_sha256
+        directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
+        saved = _load(directory, sha) if directory is not None else None
+        if saved is not None:
+            distilled, stats, table = saved
+            stats.max_pairs = max_pairs
+            return cls(
+                tokenizer, distilled, stats, table,
+                model_sha256=sha, directory=directory, ridge=ridge,
+            )  # fmt: skip
+        distilled = distil(embedder)
+        vocab = int(distilled.shape[0])
+        tier = cls(
+            tokenizer,
+            distilled,
+            RidgeStats(vocab, int(distilled.shape[1]), max_pairs=max_pairs),
+            distilled,
+            model_sha256=sha,
+            directory=directory,
+            ridge=ridge,
+        )
+        if tool_texts:
+            vectors = embedder.embed(list(tool_texts)) if tool_vectors is None else tool_vectors
+            tier.learn(tool_texts, vectors)
+            tier.refit()
+        tier.save()
+        return tier
+
+    @property
+    def learned_texts(self) -> int:
+        """How many (text, vector) pairs the statistics hold."""
+        return self._stats.texts
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids the fast tier reads for each text (bounded, at most 128)."""
+        encodings = self._tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])
+        return [e.ids for e in encodings]
+
+    def embed(self, texts: Sequence[str]) -> F32:
+        """Unit vectors of ``texts`` in the full model's space.
+
+        Returns:
+            float32 ``(len(texts), dim)``, rows L2-normalised.
+        """
+        table = self._table  # one read: a concurrent refit swaps the whole table
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for row, ids in enumerate(self.token_ids(texts)):
+            vector = table[ids].mean(axis=0)
+            out[row] = vector / max(float(np.linalg.norm(vector)), 1e-12)
+        return out
+
+    def learn(self, texts: Sequence[str], vectors: F32) -> None:
+        """Add (text, full-model vector) pairs to the statistics; ``refit`` uses them.
+
+        Raises:
+            ValueError: ``vectors`` is not one finite row of width ``dim`` per text.
+        """
+        self._stats.add(self.token_ids(texts), np.asarray(vectors, dtype=np.float32))
+
+    def refit(self, *, iterations: int = 20) -> None:
+        """Solve the ridge fit from the statistics and swap in the new table.
+
+        **Cancellation:** none inside; run it in a worker thread and abandon the result if
+        the caller is gone (the old table keeps serving until the swap).
+        """
+        with self._fit_lock:
+            tokens, rows = solve(
+                self._stats.snapshot(),
+                self._distilled,
+                vocab_size=int(self._distilled.shape[0]),
+                ridge=self.ridge,
+                iterations=iterations,
+            )
+            table = self._distilled.copy()
+            table[tokens] = rows
+            table.setflags(write=False)
+            self._table = table
+
+    def save(self) -> None:
+        """Write the table and statistics to the cache directory (no-op without one).
+
+        **Fail-open:** a cache that cannot be written costs only a rebuild next time.
+        """
+        if self.directory is None:
+            return
+        keys, values, tokens, rows, texts = self._stats.snapshot()
+        files = {
+            "distilled.npy": self._distilled,
+            "keys.npy": keys,
+            "values.npy": values,
+            "tokens.npy": tokens,
+            "rows.npy": rows,
+            "table_rows.npy": self._table[tokens],
+        }
+        try:
+            _save(self.directory, self.model_sha256, files, texts)
+        except OSError:
+            return
+
+
+def distil(embedder: MiniLMEmbedder) -> F32:
+    """Every vocabulary token on its own (``[CLS] t [SEP]``) through the model: ``(V, 384)``.
+
+    Raises:
+        EmbedderError: the model failed.
+    """
+    vocab = embedder.vocab_size
+    table = np.empty((vocab, embedder.dim), dtype=np.float32)
+    for start in range(0, vocab, _DISTIL_BATCH):
+        ids = np.arange(start, min(vocab, start + _DISTIL_BATCH), dtype=np.int64)
+        batch = np.stack([np.full_like(ids, _CLS), ids, np.full_like(ids, _SEP)], axis=1)
+        table[start : start + len(ids)] = embedder.embed_token_ids(batch)
+    table.setflags(write=False)
+    return table
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _save(directory: Path, sha: str, files: dict[str, npt.NDArray[np.generic]], texts: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    digests = {}
+    for name, array in files.items():
+        temporary = directory / f".{name}.tmp"
+        with temporary.open("wb") as f:
+            np.save(f, array, allow_pickle=False)
+        os.replace(temporary, directory / name)
+        digests[name] = _digest(directory / name)
+    manifest = {"format": FORMAT, "model_sha256": sha, "texts": texts, "sha256": digests}
+    temporary = directory / ".manifest.json.tmp"
+    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(temporary, directory / "manifest.json")  # last: it vouches for the rest
+
+
+def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32] | None:
+    """The saved state, or ``None`` when anything is missing, corrupt or of another model."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        if manifest.get("format") != FORMAT or manifest.get("model_sha256") != sha:
+            return None
+        arrays = {}
+        for name, digest in manifest["sha256"].items():
+            if _digest(directory / name) != digest:
+                return None
+            arrays[name] = np.load(directory / name, allow_pickle=False)
+        distilled = arrays["distilled.npy"].astype(np.float32)
+        tokens = arrays["tokens.npy"].astype(np.int64)
+        stats = RidgeStats.restore(
+            int(distilled.shape[0]),
+            arrays["keys.npy"],
+            arrays["values.npy"],
+            tokens,
+            arrays["rows.npy"],
+            int(manifest["texts"]),
+        )
+        table = distilled.copy()
+        table[tokens] = arrays["table_rows.npy"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+    distilled.setflags(write=False)
+    table.setflags(write=False)
+    return distilled, stats, table
+

@@ -283,4 +283,3 @@ def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32] | None:
     distilled.setflags(write=False)
     table.setflags(write=False)
     return distilled, stats, table
-

@@ -293,7 +293,8 @@ class MiniLMEmbedder:
     def _embed_one(self, text: str) -> npt.NDArray[np.float32]:
         # One text is never padded, so the mask is all ones and mean pooling is a
         # plain mean; `encode` is cheaper than `encode_batch` for one text.
-        ids = np.array(self._tokenizer.encode(bounded(text, MODEL_TEXT_CHARS)).ids, dtype=np.int64)[None, :]
+        encoding = self._tokenizer.encode(bounded(text, MODEL_TEXT_CHARS))
+        ids = np.array(encoding.ids, dtype=np.int64)[None, :]
         hidden = self._run(ids, np.ones_like(ids))
         vec = hidden[0].mean(axis=0, dtype=np.float32, keepdims=True)
         vec /= max(float(np.sqrt(vec @ vec.T)[0, 0]), _EPS)

@@ -205,7 +205,7 @@ class FastTier:
         if self.directory is None:
             return
         keys, values, tokens, rows, texts = self._stats.snapshot()
-        files = {
+        files: dict[str, npt.NDArray[np.generic]] = {
             "distilled.npy": self._distilled,
             "keys.npy": keys,
             "values.npy": values,

@@ -119,7 +119,8 @@ def numpy_int8_product(rows: npt.NDArray[np.int8]) -> Int8Product:
 
     def product(query: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
         shifted = query.astype(np.int32) - QUERY_ZERO_POINT
-        return np.matmul(rows, shifted.astype(np.int8), dtype=np.int32)
+        out: npt.NDArray[np.int32] = np.matmul(rows, shifted.astype(np.int8), dtype=np.int32)
+        return out
 
     return product
 

@@ -74,12 +74,14 @@ class FastTier:
         model_sha256: str,
         directory: Path | None,
         ridge: float = DEFAULT_RIDGE,
+        tool_digests: set[bytes] | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self._distilled = distilled
         self._stats = stats
         self._table = table
         self._fit_lock = threading.Lock()
+        self._tool_digests: set[bytes] = set(tool_digests or ())
         self.model_sha256 = model_sha256
         self.directory = directory
         self.ridge = ridge
@@ -103,8 +105,8 @@ class FastTier:
         Args:
             embedder: the full model; its files are the only input (no network).
             cache_dir: where the table and statistics live; ``None`` keeps them in memory.
-            tool_texts: the catalogue's embedding texts, for the first fit when nothing
-                was learned yet.
+            tool_texts: the catalogue's embedding texts; those the cache has not learned
+                yet are learned (``learn_tools``) and the table refitted.
             tool_vectors: the full model's vectors of ``tool_texts`` (embedded when omitted).
             ridge: the fit's pull towards the distilled rows.
             max_pairs: bound of the co-occurrence statistics (see ``RidgeStats``).
@@ -123,29 +125,50 @@ class FastTier:
         directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
         saved = _load(directory, sha) if directory is not None else None
         if saved is not None:
-            distilled, stats, table = saved
+            distilled, stats, table, known = saved
             stats.max_pairs = max_pairs
-            return cls(
-                tokenizer, distilled, stats, table,
-                model_sha256=sha, directory=directory, ridge=ridge,
-            )  # fmt: skip
-        distilled = distil(embedder)
-        vocab = int(distilled.shape[0])
+        else:
+            distilled = distil(embedder)
+            vocab = int(distilled.shape[0])
+            stats = RidgeStats(vocab, int(distilled.shape[1]), max_pairs=max_pairs)
+            table, known = distilled, set()
         tier = cls(
-            tokenizer,
-            distilled,
-            RidgeStats(vocab, int(distilled.shape[1]), max_pairs=max_pairs),
-            distilled,
-            model_sha256=sha,
-            directory=directory,
-            ridge=ridge,
-        )
-        if tool_texts:
-            vectors = embedder.embed(list(tool_texts)) if tool_vectors is None else tool_vectors
-            tier.learn(tool_texts, vectors)
+            tokenizer, distilled, stats, table,
+            model_sha256=sha, directory=directory, ridge=ridge, tool_digests=known,
+        )  # fmt: skip
+        new = tier.unlearned_tools(tool_texts)
+        if new:
+            texts = [tool_texts[i] for i in new]
+            if tool_vectors is None:
+                vectors = embedder.embed(texts)
+            else:
+                vectors = np.asarray(tool_vectors, dtype=np.float32)[new]
+            tier.learn_tools(texts, vectors)
             tier.refit()
-        tier.save()
+        if saved is None or new:
+            tier.save()
         return tier
+
+    def unlearned_tools(self, texts: Sequence[str]) -> list[int]:
+        """Positions of the tool texts the statistics do not hold yet."""
+        return [i for i, text in enumerate(texts) if _text_digest(text) not in self._tool_digests]
+
+    def learn_tools(self, texts: Sequence[str], vectors: F32) -> None:
+        """``learn`` for catalogue texts: each distinct tool text counts once, across restarts
+        (the cache keeps their sha256, not the texts), so reopening never double-counts.
+
+        Raises:
+            ValueError: ``vectors`` is not one finite row of width ``dim`` per text.
+        """
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.shape[0] != len(texts):
+            raise ValueError(f"expected {len(texts)} vectors, got shape {vectors.shape}")
+        fresh: dict[bytes, int] = {}
+        for i in self.unlearned_tools(texts):
+            fresh.setdefault(_text_digest(texts[i]), i)
+        rows = list(fresh.values())
+        self.learn([texts[i] for i in rows], vectors[rows])
+        self._tool_digests.update(fresh)
 
     @property
     def learned_texts(self) -> int:
@@ -212,6 +235,9 @@ class FastTier:
             "tokens.npy": tokens,
             "rows.npy": rows,
             "table_rows.npy": self._table[tokens],
+            "tool_digests.npy": np.frombuffer(b"".join(sorted(self._tool_digests)), np.uint8)
+            .reshape(-1, 32)
+            .copy(),
         }
         try:
             _save(self.directory, self.model_sha256, files, texts)
@@ -255,7 +281,11 @@ def _save(directory: Path, sha: str, files: dict[str, npt.NDArray[np.generic]], 
     os.replace(temporary, directory / "manifest.json")  # last: it vouches for the rest
 
 
-def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32] | None:
+def _text_digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32, set[bytes]] | None:
     """The saved state, or ``None`` when anything is missing, corrupt or of another model."""
     try:
         manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
@@ -278,8 +308,9 @@ def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32] | None:
         )
         table = distilled.copy()
         table[tokens] = arrays["table_rows.npy"]
+        known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
     distilled.setflags(write=False)
     table.setflags(write=False)
-    return distilled, stats, table
+    return distilled, stats, table, known

@@ -76,6 +76,21 @@ def test_reopening_loads_the_same_tier_from_the_cache(
     np.testing.assert_array_equal(again.embed(texts), tier.embed(texts))
 
 
+def test_reopening_learns_only_tool_texts_it_has_not_seen(
+    built: tuple[FastTier, Path], emb: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    tier, cache = built
+    shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
+    tools = [f"{a} {t}" for a, t in itertools.product(ACTIONS, THINGS)]
+    same = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
+    assert same.learned_texts == tier.learned_texts
+    np.testing.assert_array_equal(same._table, tier._table)  # nothing new: no refit
+    grown = FastTier.open(emb, cache_dir=tmp_path, tool_texts=[*tools, "water the plants"])
+    assert grown.learned_texts == tier.learned_texts + 1
+    again = FastTier.open(emb, cache_dir=tmp_path, tool_texts=["water the plants", *tools])
+    assert again.learned_texts == grown.learned_texts
+
+
 def test_cache_is_keyed_by_the_model_sha256(built: tuple[FastTier, Path]) -> None:
     tier, cache = built
     directory = cache / "fast-tier" / tier.model_sha256

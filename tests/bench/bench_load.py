@@ -256,10 +256,15 @@ def huge_texts(root: Path, embedder: MiniLMEmbedder, cache: Path) -> None:
             costs.append(time.perf_counter() - started)
         return min(costs) * 1e3
 
+    long_tool = max(
+        Catalog.from_file(root / "bfcl" / "tools.json"), key=lambda t: len(embedding_text(t))
+    )
     before = rss_mb()
-    normal_ms, huge_ms = index_cost(normal_tool), index_cost(huge)
-    print(f"5 MB description: indexed in {huge_ms:.1f} ms vs {normal_ms:.1f} ms for a normal "
-          f"tool ({huge_ms / normal_ms:.2f}x); RSS {before:.0f} -> {rss_mb():.0f} MB")  # fmt: skip
+    normal_ms, long_ms, huge_ms = index_cost(normal_tool), index_cost(long_tool), index_cost(huge)
+    print(f"5 MB description: indexed in {huge_ms:.1f} ms; a normal MetaTool tool "
+          f"{normal_ms:.1f} ms ({huge_ms / normal_ms:.2f}x); BFCL's longest tool, which also "
+          f"fills the model's 128 word pieces, {long_ms:.1f} ms ({huge_ms / long_ms:.2f}x); "
+          f"RSS {before:.0f} -> {rss_mb():.0f} MB")  # fmt: skip
 
 
 # -- 5. 100k tools --------------------------------------------------------------------------------

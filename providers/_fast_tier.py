@@ -175,6 +175,17 @@ class FastTier:
         """How many (text, vector) pairs the statistics hold."""
         return self._stats.texts
 
+    @property
+    def served_texts(self) -> int:
+        """How many learned pairs are not catalogue tool texts (requests the full tier served).
+
+        Before any traffic the fast tier knows only the catalogue's phrasing and ranks below
+        keyword-only on paraphrased requests (MetaTool test: 0.562 fused vs 0.627 keyword);
+        from about 100 served requests it ranks above it (0.644). A load ladder should
+        prefer keyword-only until then.
+        """
+        return self._stats.texts - len(self._tool_digests)
+
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids the fast tier reads for each text (bounded, at most 128)."""
         encodings = self._tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])

@@ -71,6 +71,7 @@ def test_reopening_loads_the_same_tier_from_the_cache(
     tier, cache = built
     again = FastTier.open(emb, cache_dir=cache)  # no tool texts: nothing to fit, all loaded
     assert again.learned_texts == tier.learned_texts == len(ACTIONS) * len(THINGS)
+    assert again.served_texts == 0
     np.testing.assert_array_equal(again._table, tier._table)
     texts = _texts()[:10]
     np.testing.assert_array_equal(again.embed(texts), tier.embed(texts))
@@ -141,6 +142,7 @@ def test_learning_improves_agreement_with_the_full_model_on_held_out_texts(
     after = float((fresh.embed(held_out) * full).sum(axis=1).mean())
     assert after > before + 0.02
     assert fresh.learned_texts == tier.learned_texts + len(train)
+    assert fresh.served_texts == len(train)
 
 
 def test_saved_statistics_hold_no_request_text(

@@ -210,37 +210,45 @@ def huge_texts(root: Path, embedder: MiniLMEmbedder, cache: Path) -> None:
     request = "Please read this whole contract and find me the tool to sign it. " * 32_000
     assert len(request) >= 2_000_000
 
-    async def run() -> tuple[float, float, float]:
+    async def lag_while(engine: Any, text: str) -> tuple[float, float]:
+        """(select ms, worst event-loop lag ms) while ``engine.select(text)`` runs."""
+        lag = 0.0
+        done = trio.Event()
+
+        async def watch() -> None:
+            nonlocal lag
+            while not done.is_set():
+                started = trio.current_time()
+                await trio.sleep(0.001)
+                lag = max(lag, trio.current_time() - started - 0.001)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await trio.sleep(0.01)
+            started = time.perf_counter()
+            await engine.select(text)
+            took = time.perf_counter() - started
+            done.set()
+        return took * 1e3, lag * 1e3
+
+    async def run() -> dict[str, tuple[float, float]]:
         config = EngineConfig(cache_dir=cache, warmup=WarmupConfig(wait=True))
         async with open_engine(catalog, config=config, embedder=embedder) as engine:
             await engine.select("warm up the model")
-            lag = 0.0
-            done = trio.Event()
+            runs: dict[str, list[tuple[float, float]]] = {"2 MB": [], "short": []}
+            for _ in range(7):
+                runs["2 MB"].append(await lag_while(engine, request))
+                runs["short"].append(await lag_while(engine, "sign a contract online"))
+            return {
+                name: (p50([t for t, _ in values]), p50([lag for _, lag in values]))
+                for name, values in runs.items()
+            }
 
-            async def watch() -> None:
-                nonlocal lag
-                while not done.is_set():
-                    started = trio.current_time()
-                    await trio.sleep(0.001)
-                    lag = max(lag, trio.current_time() - started - 0.001)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch)
-                await trio.sleep(0.01)
-                started = time.perf_counter()
-                await engine.select(request)
-                took = time.perf_counter() - started
-                done.set()
-            normal = []
-            for _ in range(20):
-                started = time.perf_counter()
-                await engine.select("sign a contract online")
-                normal.append(time.perf_counter() - started)
-            return took * 1e3, lag * 1e3, p50(normal) * 1e3
-
-    took, lag, normal = trio.run(run)
-    print(f"2 MB request: select {took:.1f} ms (a short request: {normal:.1f} ms), "
-          f"event-loop lag {lag:.1f} ms")  # fmt: skip
+    figures = trio.run(run)
+    (took, lag), (normal, normal_lag) = figures["2 MB"], figures["short"]
+    print(f"2 MB request: select p50 {took:.1f} ms, event-loop lag p50 {lag:.1f} ms "
+          f"(a short request on the same engine: {normal:.1f} ms, lag {normal_lag:.1f} ms; "
+          f"7 runs each)")  # fmt: skip
 
     from toolroute import Tool
 

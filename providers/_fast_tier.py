@@ -320,7 +320,7 @@ def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32, set[bytes]] 
         table = distilled.copy()
         table[tokens] = arrays["table_rows.npy"]
         known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
     distilled.setflags(write=False)
     table.setflags(write=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from toolroute import Tool, tokenize
@@ -315,3 +316,11 @@ def test_texts_within_the_bounds_are_unchanged_by_them() -> None:
     tool = Tool("w", "get_weather", "Weather " * 400, parameters=nested_schema(2))
     assert embedding_text(tool) == f"get weather: {'Weather ' * 400} (field1 Name)"
     assert tool_text(tool).split("\n")[1] == "Weather " * 400
+
+
+def test_the_hashing_embedder_reads_the_bounded_prefix() -> None:
+    from toolroute.providers import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    filler = "weather " * (KEYWORD_TEXT_CHARS // 8)
+    np.testing.assert_array_equal(embedder.embed([filler + "zebra"]), embedder.embed([filler]))

@@ -225,3 +225,38 @@ def test_a_2mb_text_embeds_as_its_bounded_prefix(emb: MiniLMEmbedder) -> None:
     np.testing.assert_allclose(emb.embed([huge, "x"])[0], emb.embed([prefix])[0], atol=1e-5)
     # the model reads 128 word pieces: the prefix holds them all, so it is the same vector
     np.testing.assert_allclose(emb.embed([huge[:2_000]])[0], emb.embed([prefix])[0], atol=1e-6)
+
+
+# -- both cores: parallel sessions ----------------------------------------------------------------
+
+
+def test_two_sessions_give_the_vectors_of_one_from_many_threads(emb: MiniLMEmbedder) -> None:
+    two = MiniLMEmbedder(sessions=2, threads=1)
+    assert two.sessions == 2
+    texts = [f"book {n} tickets to the opera" for n in range(24)]
+    expected = emb.embed(texts)
+    results: dict[int, np.ndarray] = {}
+
+    def worker(part: int) -> None:
+        results[part] = two.embed(texts[part::4])
+
+    threads = [threading.Thread(target=worker, args=(part,)) for part in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for part in range(4):
+        np.testing.assert_allclose(results[part], expected[part::4], atol=1e-5)
+
+
+def test_rejects_fewer_than_one_session() -> None:
+    with pytest.raises(ValueError, match="sessions must be at least 1, got 0"):
+        MiniLMEmbedder(sessions=0)
+
+
+def test_token_ids_are_checked_before_the_model_runs(emb: MiniLMEmbedder) -> None:
+    with pytest.raises(ValueError, match=r"expected \(n, <= 128\) token ids"):
+        emb.embed_token_ids(np.zeros((2, 129), dtype=np.int64))
+    with pytest.raises(ValueError, match="token ids must be below 30522"):
+        emb.embed_token_ids(np.array([[101, 40_000, 102]]))
+    assert emb.embed_token_ids(np.zeros((0, 3), dtype=np.int64)).shape == (0, 384)

@@ -98,11 +98,11 @@ class MiniLMEmbedder:
             One session (the default) lets a lone request use every core through
             intra-op threads; two sessions of one thread each serve two concurrent
             callers in parallel instead. On the shared 2-core machine two sessions
-            answered a lone caller faster in every run (3.8-4.2 vs 4.3-7.8 ms p50)
+            answered a lone caller faster in every run (3.8-5.1 vs 4.3-8.4 ms p50)
             and two callers usually faster (throughput varied 2x between runs with
             the machine's load), but each session holds its own copy of the model and
-            its own memory arena: a 1,200-tool warm-up then peaked at 519-527 MB RSS
-            instead of 373 MB, past the 450 MB budget. So one session stays the default
+            its own memory arena: a 1,200-tool warm-up then peaked at 508-527 MB RSS
+            instead of 359-373 MB, past the 450 MB budget. So one session stays the default
             (``tests/bench/bench_load.py``, section 6).
 
     Raises:

@@ -26,6 +26,7 @@ import argparse
 import json
 import random
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
@@ -312,9 +313,8 @@ def scoring_100k() -> None:
 def both_cores(root: Path) -> None:
     print("\n## 6. MiniLM on 2 cores: intra-op threads vs parallel sessions\n")
     queries = [q.text for q in load_queries(root / "metatool" / "queries.json")][:400]
-    tools = [embedding_text(t) for t in Catalog.from_file(root / "bfcl" / "tools.json")][:1200]
     print("| layout | 1 caller p50 ms | 1 caller req/s | 2 callers req/s | 4 callers req/s "
-          "| 2-thread warm-up of 1,200 tools: s, peak RSS MB |")  # fmt: skip
+          "| warm-up of 1,200 tools (fresh process): s, peak RSS MB |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|")
     for label, threads, sessions in [("1 session x 2 threads", 2, 1),
                                      ("2 sessions x 1 thread", 1, 2)]:  # fmt: skip
@@ -334,26 +334,33 @@ def both_cores(root: Path) -> None:
             for worker in workers:
                 worker.join()
             rates.append(len(share) / (time.perf_counter() - started))
-        warm_s, peak = warm_up_peak(model, tools)
+        warm_s, peak = warm_up_peak(root, sessions)
         print(f"| {label} | {p50(single):.2f} | " + " | ".join(f"{r:.0f}" for r in rates)
               + f" | {warm_s:.1f} s, {peak:.0f} MB |")  # fmt: skip
         del model
 
 
-def warm_up_peak(model: MiniLMEmbedder, texts: list[str]) -> tuple[float, float]:
-    """Seconds and peak RSS (MB) of embedding ``texts`` from two threads, as a warm-up does."""
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-    workers = [threading.Thread(target=model.embed, args=(texts[i::2],)) for i in range(2)]
+def warm_up_peak(root: Path, sessions: int) -> tuple[float, float]:
+    """Seconds and peak RSS (MB) of a one-thread warm-up of 1,200 BFCL tools, in a fresh
+    process (an in-process figure would include the previous layout's freed memory)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--datasets", str(root), "--warm-up-rss", str(sessions)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def warm_up_rss_child(root: Path, sessions: int) -> None:
+    model = MiniLMEmbedder(sessions=sessions, threads=1 if sessions > 1 else None)
+    tools = [embedding_text(t) for t in Catalog.from_file(root / "bfcl" / "tools.json")][:1200]
     started = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    model.embed(tools)
     took = time.perf_counter() - started
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
-            return took, int(line.split()[1]) / 1024.0
-    return took, float("nan")
+            print(took, int(line.split()[1]) / 1024.0)
 
 
 # -- 7. concurrency (phase 2) ---------------------------------------------------------------------
@@ -373,7 +380,11 @@ def main() -> None:
     parser.add_argument(
         "--only", default="1234567", help="sections to run, e.g. 15 for bounds and 100k"
     )
+    parser.add_argument("--warm-up-rss", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.warm_up_rss:
+        warm_up_rss_child(args.datasets, args.warm_up_rss)
+        return
     embedder = default_embedder()
     started = time.perf_counter()
     print(f"# bench_load ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "

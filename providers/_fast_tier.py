@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -124,11 +124,12 @@ class FastTier:
         sha = embedder.model_sha256
         directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
         saved = _load(directory, sha) if directory is not None else None
-        if saved is not None:
-            distilled, stats, table, known = saved
+        distilled = saved[0] if saved is not None else distil(embedder)
+        learned = saved[1] if saved is not None else None
+        if learned is not None:
+            stats, table, known = learned
             stats.max_pairs = max_pairs
         else:
-            distilled = distil(embedder)
             vocab = int(distilled.shape[0])
             stats = RidgeStats(vocab, int(distilled.shape[1]), max_pairs=max_pairs)
             table, known = distilled, set()
@@ -145,7 +146,7 @@ class FastTier:
                 vectors = np.asarray(tool_vectors, dtype=np.float32)[new]
             tier.learn_tools(texts, vectors)
             tier.refit()
-        if saved is None or new:
+        if learned is None or new:
             tier.save()
         return tier
 
@@ -296,18 +297,25 @@ def _text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32, set[bytes]] | None:
-    """The saved state, or ``None`` when anything is missing, corrupt or of another model."""
+_Learned = tuple[RidgeStats, F32, set[bytes]]
+_LOAD_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError)
+
+
+def _load(directory: Path, sha: str) -> tuple[F32, _Learned | None] | None:
+    """``(distilled, learned)`` from the cache. ``None`` when the manifest or the distilled
+    table is missing, corrupt or of another model (distil again); ``learned`` is ``None``
+    when only the learned files are (fit again from the tool texts, which is quick)."""
     try:
         manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
         if manifest.get("format") != FORMAT or manifest.get("model_sha256") != sha:
             return None
-        arrays = {}
-        for name, digest in manifest["sha256"].items():
-            if _digest(directory / name) != digest:
-                return None
-            arrays[name] = np.load(directory / name, allow_pickle=False)
-        distilled = arrays["distilled.npy"].astype(np.float32)
+        digests: dict[str, str] = manifest["sha256"]
+        distilled = _checked_array(directory, "distilled.npy", digests).astype(np.float32)
+    except _LOAD_ERRORS:
+        return None
+    distilled.setflags(write=False)
+    try:
+        arrays = {name: _checked_array(directory, name, digests) for name in digests}
         tokens = arrays["tokens.npy"].astype(np.int64)
         stats = RidgeStats.restore(
             int(distilled.shape[0]),
@@ -320,8 +328,15 @@ def _load(directory: Path, sha: str) -> tuple[F32, RidgeStats, F32, set[bytes]] 
         table = distilled.copy()
         table[tokens] = arrays["table_rows.npy"]
         known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
-    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return None
-    distilled.setflags(write=False)
+    except _LOAD_ERRORS:
+        return distilled, None
     table.setflags(write=False)
-    return distilled, stats, table, known
+    return distilled, (stats, table, known)
+
+
+def _checked_array(directory: Path, name: str, digests: dict[str, str]) -> npt.NDArray[Any]:
+    """The array in ``name`` if its sha256 is the manifest's; ``ValueError`` otherwise."""
+    if _digest(directory / name) != digests[name]:
+        raise ValueError(f"{name} does not match its sha256")
+    array: npt.NDArray[Any] = np.load(directory / name, allow_pickle=False)
+    return array

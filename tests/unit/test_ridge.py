@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolroute.providers._ridge import RidgeStats, solve
+from toolroute.providers._ridge import RidgeStats, SpaceMap, solve
 
 VOCAB, DIM = 40, 6
 
@@ -90,3 +90,24 @@ def test_restore_rejects_inconsistent_arrays() -> None:
             VOCAB, np.array([VOCAB * VOCAB]), np.array([1.0], np.float32),
             np.array([1]), np.ones((1, DIM), np.float32), 1,
         )  # fmt: skip
+
+
+def test_space_map_recovers_a_linear_map_and_leaves_start_alone_without_data() -> None:
+    rng = np.random.default_rng(8)
+    mapping = rng.normal(size=(DIM, DIM)).astype(np.float32)
+    features = rng.normal(size=(200, DIM)).astype(np.float32)
+    start = rng.normal(size=(VOCAB, DIM)).astype(np.float32)
+    space = SpaceMap(DIM)
+    assert space.apply(start, 1e-3) is start
+    space.add(features[:120], features[:120] @ mapping)
+    space.add(features[120:], features[120:] @ mapping)
+    np.testing.assert_allclose(space.apply(start, 1e-6), start @ mapping, atol=1e-3)
+    again = SpaceMap.restore(*space.snapshot())
+    np.testing.assert_array_equal(again.apply(start, 1e-6), space.apply(start, 1e-6))
+
+
+def test_space_map_restore_rejects_inconsistent_arrays() -> None:
+    with pytest.raises(ValueError, match="inconsistent"):
+        SpaceMap.restore(np.zeros((3, 3)), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="not finite"):
+        SpaceMap.restore(np.full((3, 3), np.nan), np.zeros((3, 3)))

@@ -18,6 +18,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from .._core.text import KEYWORD_TEXT_CHARS, bounded
+
 # Unicode letters and digits; `_`, punctuation and spaces separate words, so
 # `get_user_id` and "get user id" give the same features.
 _WORD: Final = re.compile(r"[^\W_]+")
@@ -90,7 +92,8 @@ class HashingEmbedder:
         """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), _CHUNK):
-            chunk = texts[start : start + _CHUNK]
+            # A bag of words reads the keyword search's bounded prefix of each text.
+            chunk = [bounded(t, KEYWORD_TEXT_CHARS) for t in texts[start : start + _CHUNK]]
             out[start : start + len(chunk)] = self._embed_chunk(chunk)
         return out
 

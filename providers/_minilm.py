@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core.errors import EmbedderError, ModelIntegrityError
+from .._core.text import MODEL_TEXT_CHARS, bounded
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -90,7 +92,18 @@ class MiniLMEmbedder:
         model_sha256: the pinned hash ``model_path`` must have.
         tokenizer_sha256: the pinned hash ``tokenizer_path`` must have.
         max_batch: texts per forward pass.
-        threads: ONNX Runtime intra-op threads; by default ``min(os.cpu_count(), 4)``.
+        threads: ONNX Runtime intra-op threads per session; by default
+            ``min(os.cpu_count(), 4)`` divided among the sessions.
+        sessions: ONNX sessions run side by side, each serving one call at a time.
+            One session (the default) lets a lone request use every core through
+            intra-op threads; two sessions of one thread each serve two concurrent
+            callers in parallel instead. On the shared 2-core machine two sessions
+            answered a lone caller faster in every run (3.8-5.1 vs 4.3-8.4 ms p50)
+            and two callers usually faster (throughput varied 2x between runs with
+            the machine's load), but each session holds its own copy of the model and
+            its own memory arena: a 1,200-tool warm-up then peaked at 508-527 MB RSS
+            instead of 359-373 MB, past the 450 MB budget. So one session stays the default
+            (``tests/bench/bench_load.py``, section 6).
 
     Raises:
         ModelIntegrityError: a file's sha256 differs from the pinned one; the
@@ -98,7 +111,10 @@ class MiniLMEmbedder:
         EmbedderError: a file is missing or unreadable, ``onnxruntime`` or
             ``tokenizers`` is not installed, or the runtime rejects the model.
 
-    Texts longer than 128 tokens are truncated. ``embed`` stable-sorts texts by
+    Texts longer than 128 tokens are truncated; before that, each text is cut to
+    ``MODEL_TEXT_CHARS`` characters (``toolroute._core.text``), more than any
+    dataset text needs for 128 tokens, so a 2 MB text costs what a page costs.
+    ``embed`` stable-sorts texts by
     token count, runs batches of ``max_batch`` padded only to the longest text in
     the batch, and returns rows in the caller's order. A single text skips the
     batching machinery (about 3 ms on 2 cores).
@@ -124,9 +140,12 @@ class MiniLMEmbedder:
         tokenizer_sha256: str = MINILM_TOKENIZER_SHA256,
         max_batch: int = 16,
         threads: int | None = None,
+        sessions: int = 1,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if sessions < 1:
+            raise ValueError(f"sessions must be at least 1, got {sessions}")
         # onnxruntime >= 1.2x writes a telemetry device id under ~/.cache/Microsoft
         # when its native library loads, unless this is set first. It only takes
         # effect if onnxruntime is not imported yet, and an explicit user setting wins.
@@ -159,7 +178,9 @@ class MiniLMEmbedder:
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads if threads is not None else _default_threads()
+        options.intra_op_num_threads = (
+            threads if threads is not None else max(1, _default_threads() // sessions)
+        )
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only: no "initializer unused" chatter
@@ -169,11 +190,22 @@ class MiniLMEmbedder:
         # Idle pool threads sleep instead of spinning: a host shares these cores.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            session = ort.InferenceSession(
-                str(model_file), sess_options=options, providers=["CPUExecutionProvider"]
-            )
+            loaded = [
+                ort.InferenceSession(
+                    str(model_file), sess_options=options, providers=["CPUExecutionProvider"]
+                )
+                for _ in range(sessions)
+            ]
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
             raise EmbedderError(f"onnxruntime cannot load {model_file}: {exc}") from exc
+        session = loaded[0]
+        # Several sessions: each call borrows a free one, so callers never share a session's
+        # thread pool. One session is run concurrently as before (ORT allows it).
+        self._idle: queue.SimpleQueue[Any] | None = None
+        if sessions > 1:
+            self._idle = queue.SimpleQueue()
+            for each in loaded:
+                self._idle.put(each)
 
         self._tokenizer: Tokenizer = tokenizer
         self._session: Any = session
@@ -181,13 +213,19 @@ class MiniLMEmbedder:
         # One row of zeros, sliced per call: token_type_ids never change.
         self._zeros_row = np.zeros((1, _MAX_TOKENS), dtype=np.int64)
         self.dim = _DIM
+        self.vocab_size = int(tokenizer.get_vocab_size())
+        self.sessions = sessions
+        self.model_sha256 = model_sha256.lower()
         self.max_batch = max_batch
         self.identity = f"all-MiniLM-L6-v2-int8:{model_sha256.lower()[:16]}"
         self.model_path = model_file
         self.tokenizer_path = tokenizer_file
 
     def __repr__(self) -> str:
-        return f"MiniLMEmbedder(identity={self.identity!r}, max_batch={self.max_batch})"
+        return (
+            f"MiniLMEmbedder(identity={self.identity!r}, max_batch={self.max_batch}, "
+            f"sessions={self.sessions})"
+        )
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit vectors for ``texts``.
@@ -218,10 +256,38 @@ class MiniLMEmbedder:
             "attention_mask": mask,
             "token_type_ids": self._zeros_like(ids),
         }
+        session = self._session if self._idle is None else self._idle.get()
         try:
-            return self._session.run(self._output_names, feeds)[0]
+            return session.run(self._output_names, feeds)[0]
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
             raise EmbedderError(f"onnxruntime failed on a batch of {len(ids)}: {exc}") from exc
+        finally:
+            if self._idle is not None:
+                self._idle.put(session)
+
+    def embed_token_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """Unit vectors of pre-tokenised rows of equal length (no padding, no truncation).
+
+        Args:
+            ids: int64 ``(n, length)`` token ids, special tokens included, ``length <= 128``.
+
+        Returns:
+            float32 ``(n, 384)``, rows L2-normalised.
+
+        Raises:
+            ValueError: ``ids`` is not a 2-d array of valid ids at most 128 wide.
+            EmbedderError: the runtime failed.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 2 or ids.shape[1] > _MAX_TOKENS or ids.min(initial=0) < 0:
+            raise ValueError(f"expected (n, <= {_MAX_TOKENS}) token ids, got shape {ids.shape}")
+        if ids.max(initial=0) >= self.vocab_size:
+            raise ValueError(f"token ids must be below {self.vocab_size}")
+        if ids.shape[0] == 0:
+            return np.zeros((0, _DIM), dtype=np.float32)
+        vectors = self._run(ids, np.ones_like(ids)).mean(axis=1, dtype=np.float32)
+        norms = np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), _EPS)
+        return np.asarray(vectors / norms, dtype=np.float32)
 
     def _zeros_like(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         rows, length = ids.shape
@@ -232,14 +298,15 @@ class MiniLMEmbedder:
     def _embed_one(self, text: str) -> npt.NDArray[np.float32]:
         # One text is never padded, so the mask is all ones and mean pooling is a
         # plain mean; `encode` is cheaper than `encode_batch` for one text.
-        ids = np.array(self._tokenizer.encode(text).ids, dtype=np.int64)[None, :]
+        encoding = self._tokenizer.encode(bounded(text, MODEL_TEXT_CHARS))
+        ids = np.array(encoding.ids, dtype=np.int64)[None, :]
         hidden = self._run(ids, np.ones_like(ids))
         vec = hidden[0].mean(axis=0, dtype=np.float32, keepdims=True)
         vec /= max(float(np.sqrt(vec @ vec.T)[0, 0]), _EPS)
         return np.asarray(vec, dtype=np.float32)
 
     def _embed_window(self, texts: Sequence[str], out: npt.NDArray[np.float32]) -> None:
-        encodings = self._tokenizer.encode_batch(list(texts))
+        encodings = self._tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])
         # Padded to the window's longest text; each batch below is sliced down to
         # its own longest, which is the point of sorting by length.
         ids = np.array([e.ids for e in encodings], dtype=np.int64)

@@ -1,4 +1,18 @@
-"""Text shared by keyword search and dedup: tokenisation and the indexed text of a tool."""
+"""Text shared by keyword search and dedup: tokenisation and the indexed text of a tool.
+
+Every text is cut to a bounded number of characters before any tokeniser sees it, so one
+pasted document costs a bounded amount of work (measured over every dataset in
+``../shared/datasets`` with ``tests/bench/bench_load.py --bounds``):
+
+- ``MODEL_TEXT_CHARS`` (4,096) for the embedding model, which reads only its first 128
+  word pieces: the most characters any dataset text needs to fill them is 1,060
+  (LiveMCPBench's tool texts; English prose needs ~4-8 characters a piece), so the cut
+  changes no text the model reads, with a margin of almost 4x for denser text.
+- ``KEYWORD_TEXT_CHARS`` (16,384) for keyword search: 4x the longest tool text (3,976) and
+  above every request but one (LiveMCPBench's 18,686-character dev request, a miss at any
+  bound), so a 2 MB request tokenises in ~3 ms, not seconds. 32,768 would change nothing
+  but costs ~6 ms of GIL-holding work, more than the 5 ms event-loop lag budget.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +33,13 @@ _UNSPACED_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\
 _UNSPACED = re.compile(f"[{_UNSPACED_CHARS}]")
 _PIECES = re.compile(f"[{_UNSPACED_CHARS}]|[^{_UNSPACED_CHARS}]+")
 
+#: Characters of any text the embedding model is given (see the module docstring).
+MODEL_TEXT_CHARS = 4096
+#: Characters of any text the keyword tokeniser reads (see the module docstring).
+KEYWORD_TEXT_CHARS = 16384
+# A cut inside a word drops the partial word, unless the word is longer than this.
+_WORD_TAIL = 64
+
 STOPWORDS = frozenset(
     """
     a an the and or but if then else for of in on to from by with as at is are was were be been
@@ -30,18 +51,41 @@ STOPWORDS = frozenset(
 )
 
 
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, without a partial last word.
+
+    A cut that falls inside a word drops that word (unless it is longer than 64 characters,
+    as in a base64 blob), so a bounded text never ends in a fragment that reads as a
+    different word. Texts within the limit come back unchanged (the same object).
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    if not text[limit].isspace():
+        space = max(cut.rfind(" ", limit - _WORD_TAIL), cut.rfind("\n", limit - _WORD_TAIL))
+        if space > 0:
+            cut = cut[:space]
+    return cut
+
+
 def split_identifier(name: str) -> list[str]:
-    """``"getHTTPResponse_v2"`` -> ``["get", "HTTP", "Response", "v2"]`` (case kept)."""
+    """``"getHTTPResponse_v2"`` -> ``["get", "HTTP", "Response", "v2"]`` (case kept).
+
+    Reads at most the first ``KEYWORD_TEXT_CHARS`` characters.
+    """
     parts: list[str] = []
-    for word in _WORD.findall(name):
+    for word in _WORD.findall(bounded(name, KEYWORD_TEXT_CHARS)):
         parts.extend(part for part in _CAMEL.split(word) if part)
     return parts
 
 
 def tokenize(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
-    """Lower-cased word tokens of ``text`` with identifiers split and stopwords removed."""
+    """Lower-cased word tokens of ``text`` with identifiers split and stopwords removed.
+
+    Reads at most the first ``KEYWORD_TEXT_CHARS`` characters (see ``bounded``).
+    """
     tokens: list[str] = []
-    for word in _WORD.findall(text):
+    for word in _WORD.findall(bounded(text, KEYWORD_TEXT_CHARS)):
         if stopwords is STOPWORDS:
             tokens.extend(_word_tokens(word))  # words repeat: the common case is cached
         else:
@@ -90,16 +134,31 @@ def _stem(word: str) -> str:
 
 def tool_text(tool: Tool, *, schema_depth: int = 4) -> str:
     """The text a tool is found by: split name, server, description, parameter names and
-    parameter descriptions (nested objects and array items up to ``schema_depth``)."""
-    parts = [" ".join(split_identifier(tool.name))]
-    if tool.title:
-        parts.append(tool.title)
-    if tool.server:
-        parts.append(" ".join(split_identifier(tool.server)))
-    if tool.description:
-        parts.append(tool.description)
-    parts.extend(schema_text(tool.parameters, depth=schema_depth))
+    parameter descriptions (nested objects and array items up to ``schema_depth``).
+
+    At most about ``KEYWORD_TEXT_CHARS`` characters: the schema walk stops once the text is
+    that long, so a huge description or schema costs no more than the keyword index reads.
+    """
+    parts: list[str] = []
+    size = 0
+    for part in _tool_parts(tool, schema_depth):
+        part = bounded(part, KEYWORD_TEXT_CHARS - size)
+        parts.append(part)
+        size += len(part) + 1
+        if size >= KEYWORD_TEXT_CHARS:
+            break
     return "\n".join(parts)
+
+
+def _tool_parts(tool: Tool, schema_depth: int) -> Iterator[str]:
+    yield " ".join(split_identifier(tool.name))
+    if tool.title:
+        yield tool.title
+    if tool.server:
+        yield " ".join(split_identifier(tool.server))
+    if tool.description:
+        yield tool.description
+    yield from schema_text(tool.parameters, depth=schema_depth)
 
 
 def schema_text(schema: Mapping[str, Any], *, depth: int) -> Iterator[str]:
@@ -126,12 +185,22 @@ def embedding_text(tool: Tool, extra: str = "") -> str:
     Parameter names lift BFCL hit@5 by 3 points on the dev split; their descriptions are left
     to keyword search, since the embedder reads only the first 128 tokens. ``extra`` (the
     phrasings enrichment added) comes last, so a truncating model reads the original first.
+    The result is at most ``MODEL_TEXT_CHARS`` characters (the model reads fewer).
     """
-    text = f"{' '.join(split_identifier(tool.name))}: {tool.description}"
+    name = " ".join(split_identifier(bounded(tool.name, MODEL_TEXT_CHARS)))
+    text = f"{name}: {bounded(tool.description, MODEL_TEXT_CHARS)}"
     properties = tool.parameters.get("properties") if isinstance(tool.parameters, Mapping) else None
-    if isinstance(properties, Mapping) and properties:
-        text += " (" + " ".join(" ".join(split_identifier(str(k))) for k in properties) + ")"
-    return f"{text}. Also: {extra}" if extra.strip() else text
+    if isinstance(properties, Mapping) and properties and len(text) < MODEL_TEXT_CHARS:
+        names: list[str] = []
+        size = len(text)
+        for key in properties:
+            names.append(" ".join(split_identifier(bounded(str(key), MODEL_TEXT_CHARS))))
+            size += len(names[-1]) + 1
+            if size >= MODEL_TEXT_CHARS:
+                break
+        text += " (" + " ".join(names) + ")"
+    text = f"{text}. Also: {extra}" if extra.strip() else text
+    return bounded(text, MODEL_TEXT_CHARS)
 
 
 def keyword_document(tool: Tool, extra: str = "") -> list[str]:

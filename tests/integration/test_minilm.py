@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import threading
 import time
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from toolroute import EmbedderError, ModelIntegrityError
+from toolroute._core.text import MODEL_TEXT_CHARS, bounded
 from toolroute.providers import Embedder, _minilm
 from toolroute.providers._minilm import (
     MINILM_MODEL_SHA256,
@@ -180,3 +182,81 @@ def test_default_embedder_loads_once_under_concurrent_first_calls(
 
 def test_default_embedder_is_shared(emb: MiniLMEmbedder) -> None:
     assert default_embedder() is emb
+
+
+# -- bounded work per text ----------------------------------------------------------------------
+
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+
+
+def _dataset_texts() -> list[str]:
+    from toolroute import Catalog
+    from toolroute._core.text import embedding_text
+
+    texts: list[str] = []
+    for folder in sorted(DATASETS.iterdir()):
+        texts.extend(embedding_text(tool) for tool in Catalog.from_file(folder / "tools.json"))
+        for queries in sorted(folder.glob("*queries*.json")):
+            texts.extend(item["query"] for item in json.loads(queries.read_text("utf-8")))
+    return texts
+
+
+@pytest.mark.skipif(not DATASETS.is_dir(), reason="needs ../shared/datasets")
+def test_the_character_bound_changes_nothing_the_model_reads_on_any_dataset() -> None:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(_minilm._default_tokenizer_path()))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(128)
+    texts = _dataset_texts()
+    assert len(texts) > 20_000
+    whole = tokenizer.encode_batch(texts)
+    cut = tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])
+    changed = [t[:80] for t, a, b in zip(texts, whole, cut, strict=True) if a.ids != b.ids]
+    assert changed == []
+
+
+def test_a_2mb_text_embeds_as_its_bounded_prefix(emb: MiniLMEmbedder) -> None:
+    huge = "please summarise this quarterly report for the board. " * 40_000
+    assert len(huge) > 2_000_000
+    prefix = bounded(huge, MODEL_TEXT_CHARS)
+    assert len(prefix) <= MODEL_TEXT_CHARS
+    np.testing.assert_array_equal(emb.embed([huge]), emb.embed([prefix]))
+    np.testing.assert_allclose(emb.embed([huge, "x"])[0], emb.embed([prefix])[0], atol=1e-5)
+    # the model reads 128 word pieces: the prefix holds them all, so it is the same vector
+    np.testing.assert_allclose(emb.embed([huge[:2_000]])[0], emb.embed([prefix])[0], atol=1e-6)
+
+
+# -- both cores: parallel sessions ----------------------------------------------------------------
+
+
+def test_two_sessions_give_the_vectors_of_one_from_many_threads(emb: MiniLMEmbedder) -> None:
+    two = MiniLMEmbedder(sessions=2, threads=1)
+    assert two.sessions == 2
+    texts = [f"book {n} tickets to the opera" for n in range(24)]
+    expected = emb.embed(texts)
+    results: dict[int, np.ndarray] = {}
+
+    def worker(part: int) -> None:
+        results[part] = two.embed(texts[part::4])
+
+    threads = [threading.Thread(target=worker, args=(part,)) for part in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for part in range(4):
+        np.testing.assert_allclose(results[part], expected[part::4], atol=1e-5)
+
+
+def test_rejects_fewer_than_one_session() -> None:
+    with pytest.raises(ValueError, match="sessions must be at least 1, got 0"):
+        MiniLMEmbedder(sessions=0)
+
+
+def test_token_ids_are_checked_before_the_model_runs(emb: MiniLMEmbedder) -> None:
+    with pytest.raises(ValueError, match=r"expected \(n, <= 128\) token ids"):
+        emb.embed_token_ids(np.zeros((2, 129), dtype=np.int64))
+    with pytest.raises(ValueError, match="token ids must be below 30522"):
+        emb.embed_token_ids(np.array([[101, 40_000, 102]]))
+    assert emb.embed_token_ids(np.zeros((0, 3), dtype=np.int64)).shape == (0, 384)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from toolroute import Tool, tokenize
 from toolroute._core.text import (
+    KEYWORD_TEXT_CHARS,
+    MODEL_TEXT_CHARS,
     STOPWORDS,
+    bounded,
     embedding_text,
     keyword_document,
     split_identifier,
@@ -258,3 +262,65 @@ def test_keyword_document_counts_the_name_twice() -> None:
     assert doc.count("search") == 2
     assert doc.count("file") == 2
     assert doc.count("document") == 1
+
+
+# -- bounded work per text ----------------------------------------------------------------------
+
+
+def test_bounded_returns_a_short_text_itself() -> None:
+    text = "find a flight to Paris"
+    assert bounded(text, len(text)) is text
+
+
+def test_bounded_cut_drops_a_partial_last_word() -> None:
+    assert bounded("send an email now", 11) == "send an"  # "email" would be cut to "em"
+    assert bounded("send an email now", 13) == "send an email"  # the cut falls on a space
+
+
+def test_bounded_cuts_a_word_longer_than_the_tail_where_it_falls() -> None:
+    blob = "x" * 500
+    assert bounded(blob, 100) == "x" * 100
+
+
+def test_tokenize_reads_only_the_bounded_prefix() -> None:
+    filler = "weather " * (KEYWORD_TEXT_CHARS // 8)
+    assert "weather" in tokenize(filler + "zebra")
+    assert "zebra" not in tokenize(filler + "zebra")
+    huge = "word " * 1_000_000
+    assert tokenize(huge) == tokenize(huge[:KEYWORD_TEXT_CHARS])
+    assert len(tokenize(huge)) <= KEYWORD_TEXT_CHARS // 5 + 1
+
+
+def test_split_identifier_reads_only_the_bounded_prefix() -> None:
+    assert len(split_identifier("ab_" * 1_000_000)) <= KEYWORD_TEXT_CHARS // 3 + 1
+
+
+def test_a_huge_description_is_cut_in_both_texts() -> None:
+    tool = Tool("big", "read_file", "Reads a file. " + "lorem ipsum " * 500_000)
+    assert len(tool_text(tool)) <= KEYWORD_TEXT_CHARS
+    assert len(embedding_text(tool)) <= MODEL_TEXT_CHARS
+    assert embedding_text(tool).startswith("read file: Reads a file. lorem ipsum")
+    assert tool_text(tool).startswith("read file\nReads a file.")
+
+
+def test_a_huge_schema_stops_the_tool_text_walk() -> None:
+    properties = {f"field_{i}": {"description": f"value number {i}"} for i in range(100_000)}
+    tool = Tool("wide", "wide", "Many fields", parameters={"properties": properties})
+    text = tool_text(tool)
+    assert len(text) <= KEYWORD_TEXT_CHARS
+    assert text.startswith("wide\nMany fields\nfield 0\nvalue number 0")
+    assert len(embedding_text(tool)) <= MODEL_TEXT_CHARS
+
+
+def test_texts_within_the_bounds_are_unchanged_by_them() -> None:
+    tool = Tool("w", "get_weather", "Weather " * 400, parameters=nested_schema(2))
+    assert embedding_text(tool) == f"get weather: {'Weather ' * 400} (field1 Name)"
+    assert tool_text(tool).split("\n")[1] == "Weather " * 400
+
+
+def test_the_hashing_embedder_reads_the_bounded_prefix() -> None:
+    from toolroute.providers import HashingEmbedder
+
+    embedder = HashingEmbedder()
+    filler = "weather " * (KEYWORD_TEXT_CHARS // 8)
+    np.testing.assert_array_equal(embedder.embed([filler + "zebra"]), embedder.embed([filler]))

@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from toolroute._core.vectors import VectorIndex, top_k
+from toolroute._core.vectors import (
+    RESCORE_MIN,
+    Int8Index,
+    VectorIndex,
+    numpy_int8_product,
+    top_k,
+)
+from toolroute.providers._int8_product import onnx_int8_product
 
 
 def f32(*values: float) -> np.ndarray:
@@ -204,3 +211,70 @@ def test_top_k_sampled_path_matches_naive_on_large_rows(
     valid = [i for i in range(n) if np.isfinite(scores[i])]
     expected = sorted(valid, key=lambda i: (-float(scores[i]), i))[:k]
     assert top_k(scores, k).tolist() == expected
+
+
+# -- Int8Index: int8 rough scores, exact fp32 re-scoring ----------------------------------------
+
+int8_matrices = hnp.arrays(
+    np.float32,
+    st.tuples(st.integers(1, 150), st.integers(1, 12)),
+    elements=st.one_of(
+        st.floats(-1, 1, width=32),
+        st.sampled_from([0.0, float("nan"), float("inf")]),
+    ),
+)
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+@settings(max_examples=150, deadline=None)
+@given(matrix=int8_matrices, data=st.data(), k=st.integers(0, 12))
+def test_int8_index_returns_exact_scores_of_valid_rows_best_first(
+    matrix: np.ndarray, data: st.DataObject, k: int
+) -> None:
+    exact = VectorIndex(matrix)
+    query = data.draw(hnp.arrays(np.float32, matrix.shape[1], elements=st.floats(-1, 1, width=32)))
+    query = _unit(query).astype(np.float32)
+    picked, scores = Int8Index(exact).top_k(query, k)
+    reference = exact.scores(query)
+    assert len(picked) <= k
+    assert all(exact.valid[picked])
+    np.testing.assert_allclose(scores, reference[picked], rtol=1e-6, atol=1e-6)
+    assert list(scores) == sorted(scores, reverse=True)
+    if len(matrix) <= RESCORE_MIN:  # everything is re-scored: exactly fp32's top k
+        assert list(picked) == list(top_k(reference, k))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=hnp.arrays(np.int8, st.tuples(st.integers(1, 60), st.integers(1, 40)),
+                    elements=st.integers(-127, 127)),
+    data=st.data(),
+)  # fmt: skip
+def test_onnx_int8_product_equals_the_numpy_reference(
+    rows: np.ndarray, data: st.DataObject
+) -> None:
+    query = data.draw(hnp.arrays(np.uint8, rows.shape[1], elements=st.integers(1, 255)))
+    onnx = onnx_int8_product(rows)(query)
+    np.testing.assert_array_equal(onnx, numpy_int8_product(rows)(query))
+
+
+def test_int8_top_5_agrees_with_fp32_on_a_seeded_large_catalogue() -> None:
+    rng = np.random.default_rng(11)
+    tools, dim, queries = 20_000, 384, 400
+    # Clustered like real catalogues: many near-duplicate tools make the cut hard.
+    centres = rng.normal(size=(tools // 10, dim)).astype(np.float32)
+    matrix = centres[rng.integers(0, len(centres), tools)]
+    matrix += 0.6 * rng.normal(size=matrix.shape).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    exact = VectorIndex(matrix)
+    index = Int8Index(exact, onnx_int8_product(Int8Index(exact).rows))
+    asked = matrix[rng.integers(0, tools, queries)] + rng.normal(size=(queries, dim)).astype(
+        np.float32
+    )
+    asked /= np.linalg.norm(asked, axis=1, keepdims=True)
+    same = sum(list(index.top_k(q, 5)[0]) == list(top_k(exact.scores(q), 5)) for q in asked)
+    assert same / queries >= 0.995

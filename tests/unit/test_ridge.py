@@ -1,0 +1,113 @@
+"""Ridge fit of static token rows from sufficient statistics (providers/_ridge.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolroute.providers._ridge import RidgeStats, SpaceMap, solve
+
+VOCAB, DIM = 40, 6
+
+
+def _texts(seed: int, count: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 30, size=rng.integers(1, 8)).tolist() for _ in range(count)]
+
+
+def _dense_solution(texts: list[list[int]], targets: np.ndarray, start: np.ndarray, ridge: float):
+    a = np.zeros((len(texts), VOCAB))
+    for row, ids in enumerate(texts):
+        for token in ids:
+            a[row, token] += 1.0 / len(ids)
+    return np.linalg.solve(a.T @ a + ridge * np.eye(VOCAB), a.T @ targets + ridge * start)
+
+
+def test_solution_matches_the_dense_ridge_solution() -> None:
+    texts = _texts(1, 120)
+    rng = np.random.default_rng(2)
+    targets = rng.normal(size=(len(texts), DIM)).astype(np.float32)
+    start = rng.normal(size=(VOCAB, DIM)).astype(np.float32)
+    stats = RidgeStats(VOCAB, DIM)
+    stats.add(texts, targets)
+    tokens, rows = solve(stats.snapshot(), start, vocab_size=VOCAB, ridge=0.05, iterations=200)
+    expected = _dense_solution(texts, targets, start, 0.05)
+    np.testing.assert_allclose(rows, expected[tokens], atol=2e-3)
+
+
+def test_tokens_never_seen_are_not_fitted() -> None:
+    stats = RidgeStats(VOCAB, DIM)
+    stats.add([[1, 2], [2, 3]], np.ones((2, DIM), dtype=np.float32))
+    tokens, rows = solve(stats.snapshot(), np.zeros((VOCAB, DIM), np.float32), vocab_size=VOCAB,
+                         ridge=0.1)  # fmt: skip
+    assert sorted(tokens.tolist()) == [1, 2, 3]
+    assert rows.shape == (3, DIM)
+
+
+def test_adding_in_parts_equals_adding_at_once() -> None:
+    texts = _texts(3, 50)
+    targets = np.random.default_rng(4).normal(size=(50, DIM)).astype(np.float32)
+    whole, parts = RidgeStats(VOCAB, DIM), RidgeStats(VOCAB, DIM)
+    whole.add(texts, targets)
+    parts.add(texts[:20], targets[:20])
+    parts.add(texts[20:], targets[20:])
+    one, two = whole.snapshot(), parts.snapshot()
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_allclose(one[1], two[1], rtol=1e-6)
+    assert one[4] == two[4] == 50
+
+
+def test_snapshot_and_restore_round_trip() -> None:
+    stats = RidgeStats(VOCAB, DIM)
+    stats.add(_texts(5, 30), np.ones((30, DIM), dtype=np.float32))
+    snapshot = stats.snapshot()
+    restored = RidgeStats.restore(VOCAB, *snapshot).snapshot()
+    for saved, again in zip(snapshot[:4], restored[:4], strict=True):
+        np.testing.assert_array_equal(saved, again)
+    assert restored[4] == 30
+
+
+def test_pairs_stay_within_the_bound_and_keep_the_diagonal() -> None:
+    stats = RidgeStats(VOCAB, DIM, max_pairs=35)
+    stats.add(_texts(6, 200), np.ones((200, DIM), dtype=np.float32))
+    keys = stats.snapshot()[0]
+    assert keys.size <= 35
+    seen = set(stats.tokens)
+    assert {int(k) // VOCAB for k in keys if k // VOCAB == k % VOCAB} == seen
+
+
+def test_rejects_targets_of_the_wrong_shape_or_not_finite() -> None:
+    stats = RidgeStats(VOCAB, DIM)
+    with pytest.raises(ValueError, match="2 finite target rows of width 6"):
+        stats.add([[1], [2]], np.ones((2, DIM + 1), dtype=np.float32))
+    with pytest.raises(ValueError, match="finite"):
+        stats.add([[1]], np.full((1, DIM), np.nan, dtype=np.float32))
+
+
+def test_restore_rejects_inconsistent_arrays() -> None:
+    with pytest.raises(ValueError, match="inconsistent"):
+        RidgeStats.restore(
+            VOCAB, np.array([VOCAB * VOCAB]), np.array([1.0], np.float32),
+            np.array([1]), np.ones((1, DIM), np.float32), 1,
+        )  # fmt: skip
+
+
+def test_space_map_recovers_a_linear_map_and_leaves_start_alone_without_data() -> None:
+    rng = np.random.default_rng(8)
+    mapping = rng.normal(size=(DIM, DIM)).astype(np.float32)
+    features = rng.normal(size=(200, DIM)).astype(np.float32)
+    start = rng.normal(size=(VOCAB, DIM)).astype(np.float32)
+    space = SpaceMap(DIM)
+    assert space.apply(start, 1e-3) is start
+    space.add(features[:120], features[:120] @ mapping)
+    space.add(features[120:], features[120:] @ mapping)
+    np.testing.assert_allclose(space.apply(start, 1e-6), start @ mapping, atol=1e-3)
+    again = SpaceMap.restore(*space.snapshot())
+    np.testing.assert_array_equal(again.apply(start, 1e-6), space.apply(start, 1e-6))
+
+
+def test_space_map_restore_rejects_inconsistent_arrays() -> None:
+    with pytest.raises(ValueError, match="inconsistent"):
+        SpaceMap.restore(np.zeros((3, 3)), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="not finite"):
+        SpaceMap.restore(np.full((3, 3), np.nan), np.zeros((3, 3)))

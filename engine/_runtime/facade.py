@@ -141,6 +141,12 @@ class Engine:
 
         Raises:
             ConfigError: ``buffer`` is not an integer of at least 1.
+
+        **Cancellation:** cancelling the task that reads ends the subscription as leaving the
+        block does; the engine never waits for a subscriber.
+
+        **Fail-open:** a subscriber that falls behind loses events instead of slowing the
+        engine (``publish`` never blocks); its next delivery says how many it lost.
         """
         return self._hub.subscribe(buffer=buffer or self.config.events.buffer)
 

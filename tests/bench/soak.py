@@ -9,7 +9,8 @@ about 20), the other ~1,400 feed catalogue updates; requests are MetaTool querie
 datasets the tools and queries are synthetic (the report says which).
 
 Each mode opens one engine (``open_engine``) and runs a warm-up phase, then the main phase.
-The warm-up (``--warmup-ops``: 5 % of the operations, at least 10,000) starts with bursts of
+The warm-up (``--warmup-ops``: 5 % of the operations, at least 10,000, and on until 10 catalogue
+updates happened) starts with bursts of
 long requests from every caller at once (the largest embedding batches, whose buffers the
 model runtime keeps), and nearly all its requests carry new words, so the engine's bounded
 caches (the tokeniser's 2 x 65,536 words, the session store) are full before the baseline;
@@ -271,7 +272,9 @@ async def run_mode(
         warmup_s = time.perf_counter() - started
         workload = Workload(engine, catalogue, tool_sets, queries, providers, plan, args.seed)
         print(f"[{mode}] ready in {warmup_s:.1f} s; warm-up phase: {warmup_ops} ops", flush=True)
-        await workload.run(warmup_ops, fresh_share=args.warmup_fresh, peak_first=True)
+        await workload.run(
+            warmup_ops, fresh_share=args.warmup_fresh, peak_first=True, min_updates=10
+        )
         warm = await probe(args.settle)
         print(f"[{mode}] after warm-up: {warm}; main phase: {ops} ops", flush=True)
         started = time.perf_counter()
@@ -364,7 +367,8 @@ def details(r: ModeResult) -> list[str]:
         f"- expected errors: {counts(t.errors)}",
         f"- events received: {counts(t.events)}; dropped (slow subscribers, reported): "
         f"{t.dropped_events:,}",
-        f"- latency of completed calls (1 in 97 sampled): p50 {p50:.2f} ms, p99 {p99:.2f} ms",
+        f"- latency of completed calls (1 in 97, {len(latencies):,} kept at random): "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms",
         f"- library log records (counted, not printed): {counts(r.logged)}",
         "- worst finish past a deadline (the caller's, else the engine's own; keyword select and"
         " step have none, so this is their longest call): "

@@ -7,6 +7,7 @@ the result is sound), so the workload can count them and keep the first examples
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter, deque
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ class Snapshots:
     mixes two.
     """
 
-    def __init__(self, ids: Iterable[str], servers: Iterable[str], keep: int = 32) -> None:
+    def __init__(self, ids: Iterable[str], servers: Iterable[str], keep: int = 8) -> None:
         self._sets: deque[tuple[frozenset[str], frozenset[str]]] = deque(maxlen=keep)
         self.version = -1  # number of the newest set
         self.push(ids, servers)
@@ -163,13 +164,22 @@ class Tally:
     dropped_events: int = 0
     # Worst time past a deadline (the caller's, or the engine's own), per operation.
     max_overshoot_s: dict[str, float] = field(default_factory=dict)
-    latencies_s: list[float] = field(default_factory=list)  # a sample, for percentiles
+    latencies_s: list[float] = field(default_factory=list)  # a reservoir, for percentiles
+    latencies_seen: int = 0
 
     def violated(self, rules: Iterable[str], context: str = "") -> None:
         for rule in rules:
             self.violations[rule] += 1
             if self.violations[rule] <= 3 and len(self.examples) < 25:  # a few of each
                 self.examples.append(f"{rule} ({context})" if context else rule)
+
+    def sample_latency(self, elapsed: float, rng: random.Random, keep: int = 4096) -> None:
+        """Keep a uniform sample of at most ``keep`` latencies: the tally's memory stays flat."""
+        self.latencies_seen += 1
+        if len(self.latencies_s) < keep:
+            self.latencies_s.append(elapsed)
+        elif (slot := rng.randrange(self.latencies_seen)) < keep:
+            self.latencies_s[slot] = elapsed
 
     def overshoot(self, elapsed: float, bound: float, slack: float, what: str) -> None:
         late = elapsed - bound

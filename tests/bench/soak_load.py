@@ -112,20 +112,26 @@ class Workload:
         self.snapshots = Snapshots(catalogue.tools, catalogue.servers())
         self.tally = Tally()
         self._remaining = 0
+        self._min_updates = 0
         self._done = trio.Event()
         self._latency_tick = 0
         self._fresh_share = 0.04
 
-    async def run(self, ops: int, fresh_share: float = 0.04, peak_first: bool = False) -> Tally:
+    async def run(
+        self, ops: int, fresh_share: float = 0.04, peak_first: bool = False, min_updates: int = 0
+    ) -> Tally:
         """Run ``ops`` select/step calls with everything else going on; the phase's tally.
 
         ``fresh_share`` of the requests carry two words never seen before, so the engine's
         bounded caches keep meeting new text (a warm-up sends more of them, to fill those
         caches before the process is measured). ``peak_first`` starts with bursts of long
         requests from every caller at once: the largest embedding batches, whose buffers a
-        model runtime keeps, come before the measurement rather than during it.
+        model runtime keeps, come before the measurement rather than during it. Callers go
+        on past ``ops`` until ``min_updates`` catalogue updates happened (a warm-up sees the
+        memory peak of swapping indexes).
         """
         self.tally, self._remaining, self._done = Tally(), ops, trio.Event()
+        self._min_updates = min_updates
         self._fresh_share = fresh_share
         if peak_first:
             await self._peak_bursts()
@@ -175,7 +181,7 @@ class Workload:
         self.tally.overshoot(elapsed, limit, self.plan.slack_s, what)
         self._latency_tick += 1
         if self._latency_tick % LATENCY_SAMPLE_EVERY == 0 and not scope.cancelled_caught:
-            self.tally.latencies_s.append(elapsed)
+            self.tally.sample_latency(elapsed, self.rng)
         if scope.cancelled_caught:
             self.tally.cancelled[what] += 1
         return not scope.cancelled_caught, result
@@ -224,7 +230,7 @@ class Workload:
     # -- the tasks ---------------------------------------------------------------------------
 
     async def _caller(self) -> None:
-        while self._remaining > 0:
+        while self._remaining > 0 or self.tally.ops["update"] < self._min_updates:
             self._remaining -= 1
             deadline = None
             if self.rng.random() < self.plan.cancel_share:

@@ -8,6 +8,7 @@ so a burst of agents cannot open more connections than the provider's concurrenc
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,17 +32,24 @@ class DecisionService:
         self.decider = decider
         self._concurrency = concurrency
         self._publish = publish
-        self._limiters: dict[int, tuple[Decider, trio.CapacityLimiter]] = {}
+        # Keyed by identity and held weakly: a host that passes a provider per call (one per
+        # tenant's key, say) must not keep every provider alive for the engine's lifetime.
+        self._limiters: dict[int, tuple[Callable[[], object], trio.CapacityLimiter]] = {}
 
     def limiter(self, decider: Decider) -> trio.CapacityLimiter:
-        """The limit shared by every caller of ``decider`` (kept alive with it)."""
-        entry = self._limiters.get(id(decider))
-        if entry is None:
-            entry = self._limiters[id(decider)] = (
-                decider,
-                trio.CapacityLimiter(self._concurrency),
-            )
-        return entry[1]
+        """The limit shared by every caller of ``decider``, for as long as it lives."""
+        key = id(decider)
+        entry = self._limiters.get(key)
+        if entry is not None and entry[0]() is decider:
+            return entry[1]
+        limiter = trio.CapacityLimiter(self._concurrency)
+        held: Callable[[], object]
+        try:
+            held = weakref.ref(decider, lambda _, key=key: self._limiters.pop(key, None))
+        except TypeError:  # not weakly referenceable: keep it, as its limit must be kept
+            held = lambda decider=decider: decider  # noqa: E731
+        self._limiters[key] = (held, limiter)
+        return limiter
 
     def _chosen(self, provider: Decider | None) -> Decider | None:
         return provider if provider is not None else self.decider

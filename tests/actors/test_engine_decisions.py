@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import gc
+import weakref
+
 import pytest
 import trio
 import trio.testing
@@ -268,3 +272,26 @@ async def test_the_routing_cache_and_sessions_live_in_the_given_stores(
     assert (decider.calls, again.cache_hit, first.excluded) == (1, True, ("maps",))
     assert len(routing) == 1  # the host's cache holds the routing
     assert "s" in sessions  # and the host's session store the session
+
+
+async def test_a_provider_passed_per_call_is_not_kept_alive_by_the_engine(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A host passing one provider per tenant must not grow the engine by one provider each
+    # (each holds an HTTP client): the shared limit lives only as long as its provider.
+    request = DecisionRequest(state="s", questions={"q__0": BooleanQuestion("Is it?")})
+    released: list[weakref.ref[ScriptedDecider]] = []
+    async with open_engine(CATALOG, config=config(), embedder=None, decider=None) as engine:
+        for _ in range(20):
+            provider = ScriptedDecider()
+            await engine.decide(request, provider=provider)
+            await engine.try_decide(request, provider=provider)
+            released.append(weakref.ref(provider))
+            del provider
+        gc.collect()
+        assert [ref for ref in released if ref() is not None] == []
+        again = ScriptedDecider(delay=1.0)
+        async with trio.open_nursery() as nursery:  # one provider, one limit, while it lives
+            for _ in range(8):
+                nursery.start_soon(functools.partial(engine.decide, request, provider=again))
+        assert again.peak == engine.config.decision.concurrency

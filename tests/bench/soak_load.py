@@ -307,9 +307,10 @@ class Workload:
             self.tally.violated(check_step(step, snapshots, self.set_names))
 
     async def _caller_mistake(self) -> None:
-        """A caller's mistake is a clear ``ConfigError``, never swallowed by fail-open."""
+        """A caller's mistake is a clear error, never swallowed by fail-open: ``ConfigError``,
+        or Python's ``TypeError`` for an argument the typed call does not take."""
         mistakes: list[Callable[[], Awaitable[object]]] = [
-            lambda: self.engine.select("weather", max_toolz=3),
+            lambda: self.engine.select("weather", max_toolz=3),  # type: ignore[call-arg]
             lambda: self.engine.select("weather", always_active=["no such tool"]),
             lambda: self.engine.prepare_step([{"role": "user", "content": "hi"}], force_sets=["?"]),
         ]
@@ -318,6 +319,11 @@ class Workload:
             await self.rng.choice(mistakes)()
         except ConfigError:
             self.tally.errors["ConfigError (caller mistake)"] += 1
+        except TypeError as exc:  # an unknown keyword: Python's own error for a typed call
+            if "unexpected keyword argument" in str(exc):
+                self.tally.errors["TypeError (unknown argument)"] += 1
+            else:
+                self.tally.violated(["caller mistake raised TypeError"], str(exc)[:120])
         except Exception as exc:
             self.tally.violated([f"caller mistake raised {type(exc).__name__}"], str(exc)[:120])
         else:

@@ -81,6 +81,7 @@ class RecallStatistics:
         full_tier: requests answered with a fresh full-model vector.
         fast_tier: requests answered from the fast tier (``degraded``).
         keyword_only: requests that needed a vector and got keyword-only recall.
+        fast_tier_open: whether the fast tier is built (it may still need traffic to answer).
         fast_tier_ready: whether the fast tier may answer now.
         fast_tier_served: served requests the fast tier's table was fitted on.
     """
@@ -90,6 +91,7 @@ class RecallStatistics:
     full_tier: int
     fast_tier: int
     keyword_only: int
+    fast_tier_open: bool
     fast_tier_ready: bool
     fast_tier_served: int
 
@@ -163,6 +165,7 @@ class Recall:
             full_tier=self._answers["full"],
             fast_tier=self._answers["fast"],
             keyword_only=self._answers["keyword"],
+            fast_tier_open=self._fast is not None and self._fast.is_open,
             fast_tier_ready=self._fast is not None and self._fast.usable is not None,
             fast_tier_served=self._fast.served if self._fast is not None else 0,
         )

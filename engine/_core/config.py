@@ -194,7 +194,8 @@ class LoadConfig:
     #: request text is never written to disk).
     learn: bool = attrs.field(default=True, validator=_flag)
     #: Seconds a request may be predicted to wait for the full model before the fast tier
-    #: answers at once; ``None`` means ``deadlines.embed_s``.
+    #: answers at once; ``None`` means half of ``deadlines.embed_s`` (the prediction counts
+    #: model time only: scoring and the event loop need the rest under a burst).
     budget_s: float | None = attrs.field(
         default=None,
         validator=rule(lambda v: v is None or (is_number(v) and v > 0), "positive or None"),

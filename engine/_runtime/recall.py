@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 
 Vectors = npt.NDArray[np.float32]
 
+#: Share of the embed deadline a request may be predicted to wait for the full model before
+#: the fast tier answers (``load.budget_s`` unset): the prediction counts model time only,
+#: and under a burst scoring and the event loop take their share of the deadline too
+#: (at 1.0, MetaTool bursts of 200 saw the last requests sent to the model miss it).
+DEFAULT_BUDGET_SHARE = 0.5
+
 #: Catalogues at least this large are scored in a worker thread (about 1 ms of numpy work
 #: per request at this size; below it the thread hop costs more than it saves).
 SCORE_IN_THREAD_FROM = 20_000
@@ -113,8 +119,8 @@ class Recall:
         publish: the event hub's ``publish``.
         query_cache: how many request vectors to remember (0: none).
         fast_tier: the fast tier service, if the embedder has one.
-        budget_s: predicted wait past which the fast tier answers at once (default: the
-            embed deadline).
+        budget_s: predicted wait past which the fast tier answers at once (default: half the
+            embed deadline, ``DEFAULT_BUDGET_SHARE``).
     """
 
     def __init__(
@@ -131,7 +137,7 @@ class Recall:
     ) -> None:
         self._embedder = embedder
         self._deadline = embed_deadline_s
-        self._budget = embed_deadline_s if budget_s is None else budget_s
+        self._budget = embed_deadline_s * DEFAULT_BUDGET_SHARE if budget_s is None else budget_s
         self._cache = QueryCache(query_cache)
         self._fast = fast_tier
         self._answers = {"full": 0, "fast": 0, "keyword": 0}

@@ -221,8 +221,11 @@ class Recall:
         if cached is not None:
             self._answers["full"] += 1
             return cached, ""
-        predicted = self._batcher.load.predicted_wait()
-        if predicted > self._budget and self._fast_tier_usable():
+        load = self._batcher.load
+        predicted = load.predicted_wait()
+        # A request that finds the model idle always goes to it: a lone caller gets the full
+        # tier, and the model time is measured again (one slow call cannot pin the ladder).
+        if load.outstanding and predicted > self._budget and self._fast_tier_usable():
             busy = (
                 f"full model busy (predicted wait {predicted * 1000:.0f} ms"
                 f" > {self._budget * 1000:.0f} ms)"

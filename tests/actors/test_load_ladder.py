@@ -351,3 +351,17 @@ async def test_an_engine_without_the_bundled_model_has_no_fast_tier_and_shares_i
     assert len(model.calls) - calls == 1
     assert not stats.fast_tier_ready
     assert (stats.query_cache_hits, stats.query_cache_misses) == (1, 3)
+
+
+async def test_one_slow_call_does_not_keep_a_lone_caller_off_the_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=1.5)  # within the 2 s deadline, past the 1 s budget
+    async with ladder(model, ScriptedFastTier(served=500), deadline=2.0) as harness:
+        await harness.rank("a slow start")
+        assert harness.recall.batcher is not None
+        assert harness.recall.batcher.load.predicted_wait() == pytest.approx(1.5)
+        model.delay = 0.01
+        outcome, reason, _ = await harness.rank("weather in Oslo")
+        assert (outcome, reason) == (Outcome.APPLIED, "")  # the model was idle: it answers
+        assert harness.recall.batcher.load.seconds_per_text < 1.0  # and is measured again

@@ -186,12 +186,12 @@ def concurrency(root: Path, embedder: MiniLMEmbedder, scratch: Path, quick: bool
         tiers = prepare_tiers(root, name, embedder, scratch, served)
         runs: list[tuple[str, Path, bool, int]] = [("off", tiers[0][0], False, 0)]
         runs += [(f"+{n} served", d, True, n) for n, (d, learned) in tiers.items()]
-        for label, directory, fast_tier, goal in runs:
+        for position, (label, directory, fast_tier, goal) in enumerate(runs):
             learned = tiers[goal][1]
             if fast_tier and learned != goal:
                 label = f"+{learned} served (all dev)"
-            last = (label, directory, fast_tier) == runs[-1][:3]
-            wanted = throughput_queries if label == "off" or last else None
+            last = position == len(runs) - 1
+            wanted = throughput_queries if not fast_tier or last else None
             result = trio.run(
                 measure, catalog, embedder, directory, fast_tier, burst_queries, wanted
             )

@@ -364,4 +364,4 @@ async def test_one_slow_call_does_not_keep_a_lone_caller_off_the_model(
         model.delay = 0.01
         outcome, reason, _ = await harness.rank("weather in Oslo")
         assert (outcome, reason) == (Outcome.APPLIED, "")  # the model was idle: it answers
-        assert harness.recall.batcher.load.seconds_per_text < 1.0  # and is measured again
+        assert harness.recall.batcher.load.seconds_per_text < 1.5  # and is measured again

@@ -127,9 +127,7 @@ def test_same_description_other_name_collapses_into_the_first(threshold: float) 
     second = tool("search_v2", "Search for documents in the index", QUERY)
     result = dedupe_tools([first, second], threshold=threshold)
     assert result.tools == (first,)
-    assert result.removed == (
-        Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),
-    )
+    assert result.removed == (Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),)
 
 
 def test_unrelated_tools_are_kept_at_the_default_threshold() -> None:
@@ -302,9 +300,7 @@ TWINS = [
 )
 def test_plain_tool_definitions_are_read_and_deduplicated(definitions: Any) -> None:
     result = dedupe_tools(definitions, threshold=0.7)
-    assert result.removed == (
-        Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),
-    )
+    assert result.removed == (Removed(name="search_v2", duplicate_of="search_v1", similarity=7 / 9),)
     assert isinstance(result.tools, Catalog)
     assert result.tools.ids == ("search_v1",)
 

@@ -248,9 +248,7 @@ async def test_cache_is_keyed_by_generator_identity(tmp_path: Path) -> None:
     assert len(other.prompts) == 1
     assert result.cached == 0
     assert len(cache_files(tmp_path)) == 2
-    back = fake_generator(
-        lambda prompt: pytest.fail("model a is cached"), identity="vendor:model-a"
-    )
+    back = fake_generator(lambda prompt: pytest.fail("model a is cached"), identity="vendor:model-a")
     assert (
         await enrich_tools(catalog, back, cache=EnrichmentCache(tmp_path / "enrichment"))
     ).cached == 4

@@ -105,7 +105,8 @@ class FastTierService:
         """One request the full tier answered, to learn from (dropped if learning is off)."""
         if not self._config.learn or self._tier is None:
             return
-        self._pairs.append((text, vector))
+        # A copy: the row is a view into its batch's matrix, which it would keep alive.
+        self._pairs.append((text, np.array(vector, dtype=np.float32)))
         due = max(1, self._next_fit_gap() - self._learned_since_fit)
         if len(self._pairs) >= min(due, self._config.learn_buffer):
             self._wanted.set()

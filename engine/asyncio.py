@@ -43,6 +43,7 @@ from ._routing.pipeline import route_servers as trio_route_servers
 from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine
 from ._runtime.hub import Delivery
+from ._runtime.recall import RecallStatistics
 from ._runtime.stateless import decide as trio_decide
 from ._runtime.stateless import try_decide as trio_try_decide
 from ._runtime.tool_index import ToolIndex
@@ -262,6 +263,11 @@ class AsyncioEngine:
     def tool_sets(self) -> tuple[ToolSet, ...]:
         """As ``Engine.tool_sets``."""
         return self.engine.tool_sets
+
+    @property
+    def statistics(self) -> RecallStatistics:
+        """As ``Engine.statistics``."""
+        return self.engine.statistics
 
     @property
     def decider(self) -> Decider | None:

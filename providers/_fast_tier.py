@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -49,6 +49,10 @@ _MAX_TOKENS: Final = 128
 _CLS, _SEP = 101, 102
 # Token ids run through the model per forward pass while distilling.
 _DISTIL_BATCH: Final = 512
+
+
+class FastTierStopped(Exception):
+    """``FastTier.open`` stopped between distillation batches because ``should_stop`` said so."""
 
 
 class FastTier:
@@ -104,6 +108,7 @@ class FastTier:
         tool_vectors: F32 | None = None,
         ridge: float = DEFAULT_RIDGE,
         max_pairs: int = 4_000_000,
+        should_stop: Callable[[], bool] | None = None,
     ) -> FastTier:
         """The fast tier of ``embedder``'s model: loaded from ``cache_dir`` or built.
 
@@ -115,9 +120,12 @@ class FastTier:
             tool_vectors: the full model's vectors of ``tool_texts`` (embedded when omitted).
             ridge: the fit's pull towards the distilled rows.
             max_pairs: bound of the co-occurrence statistics (see ``RidgeStats``).
+            should_stop: asked between distillation batches (from the worker thread); true
+                stops the build, so a shutting-down engine does not wait for it.
 
         Raises:
             EmbedderError: the model failed while distilling.
+            FastTierStopped: ``should_stop`` said so.
 
         **Fail-open:** an unreadable, corrupt or mismatched cache is rebuilt, never trusted.
         """
@@ -129,7 +137,7 @@ class FastTier:
         sha = embedder.model_sha256
         directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
         saved = _load(directory, sha) if directory is not None else None
-        distilled = saved[0] if saved is not None else distil(embedder)
+        distilled = saved[0] if saved is not None else distil(embedder, should_stop=should_stop)
         learned = saved[1] if saved is not None else None
         if learned is not None:
             stats, table, known, space = learned
@@ -270,15 +278,18 @@ class FastTier:
             return
 
 
-def distil(embedder: MiniLMEmbedder) -> F32:
+def distil(embedder: MiniLMEmbedder, *, should_stop: Callable[[], bool] | None = None) -> F32:
     """Every vocabulary token on its own (``[CLS] t [SEP]``) through the model: ``(V, 384)``.
 
     Raises:
         EmbedderError: the model failed.
+        FastTierStopped: ``should_stop`` returned true between two batches.
     """
     vocab = embedder.vocab_size
     table = np.empty((vocab, embedder.dim), dtype=np.float32)
     for start in range(0, vocab, _DISTIL_BATCH):
+        if should_stop is not None and should_stop():
+            raise FastTierStopped("the fast tier's build was stopped")
         ids = np.arange(start, min(vocab, start + _DISTIL_BATCH), dtype=np.int64)
         batch = np.stack([np.full_like(ids, _CLS), ids, np.full_like(ids, _SEP)], axis=1)
         table[start : start + len(ids)] = embedder.embed_token_ids(batch)

@@ -36,6 +36,8 @@ def tool_result(name: str, text: str) -> dict[str, Any]:
 # Each entry is the conversation as the agent's next step sees it.
 SCRIPT: list[tuple[str, list[dict[str, Any]]]] = [
     ("the user's request", [{"role": "user", "content": USER}]),
+    # Agents re-ask a step (a retry, a re-sample): the same request costs no model call.
+    ("the same step again (the agent retries it)", [{"role": "user", "content": USER}]),
     (
         "after a tool call",
         [
@@ -91,6 +93,13 @@ async def converse(engine: Engine, write: Callable[[str], None], json_lines: boo
             await trio.lowlevel.checkpoint()  # let the event stream print before the next step
         await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
+    if not json_lines:
+        stats = engine.statistics
+        lookups = stats.query_cache_hits + stats.query_cache_misses
+        write(
+            f"\nquery cache: {stats.query_cache_hits} of {lookups} request embeddings reused"
+            f" ({stats.query_cache_hit_rate:.0%}); model calls saved: {stats.query_cache_hits}"
+        )
 
 
 def run_agent_demo(

@@ -181,6 +181,35 @@ class EventConfig:
 
 
 @attrs.frozen(kw_only=True)
+class LoadConfig:
+    """What recall does under load: the query cache and the fast tier (README, Under load)."""
+
+    #: Request vectors remembered by exact text, shared by every caller of the engine (a step
+    #: that repeats its turn's user message costs no model call); 0 turns the cache off.
+    query_cache: int = attrs.field(default=4096, validator=_non_negative)
+    #: Build the fast tier (static token rows of the default MiniLM model) after warm-up and
+    #: answer from it when the full model cannot answer within ``budget_s``.
+    fast_tier: bool = attrs.field(default=True, validator=_flag)
+    #: Keep fitting the fast tier to the requests the full tier answers (statistics only; the
+    #: request text is never written to disk).
+    learn: bool = attrs.field(default=True, validator=_flag)
+    #: Seconds a request may be predicted to wait for the full model before the fast tier
+    #: answers at once; ``None`` means half of ``deadlines.embed_s`` (the prediction counts
+    #: model time only: scoring and the event loop need the rest under a burst).
+    budget_s: float | None = attrs.field(
+        default=None,
+        validator=rule(lambda v: v is None or (is_number(v) and v > 0), "positive or None"),
+    )
+    #: Served requests the fast tier must have learned from before it answers: below it,
+    #: it ranks under keyword-only on paraphrased requests (README, Under load).
+    min_served: int = attrs.field(default=100, validator=_non_negative)
+    #: (request, vector) pairs held in memory until the next fit.
+    learn_buffer: int = attrs.field(default=2048, validator=_at_least_one)
+    #: Served pairs that trigger a fit (in a worker thread; the old table serves meanwhile).
+    refit_every: int = attrs.field(default=256, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
 class RestartPolicy:
     """At most ``max_restarts`` restarts within ``window_s``; waits double from ``backoff_s``."""
 
@@ -225,6 +254,7 @@ class EngineConfig:
         factory=EnrichmentConfig, validator=_section(EnrichmentConfig)
     )
     restarts: RestartPolicy = attrs.field(factory=RestartPolicy, validator=_section(RestartPolicy))
+    load: LoadConfig = attrs.field(factory=LoadConfig, validator=_section(LoadConfig))
     #: Where embeddings and enrichment are cached (a path, kept as a string).
     cache_dir: str | None = attrs.field(default=None, converter=_directory)
     cache: bool = attrs.field(default=True, validator=_flag)

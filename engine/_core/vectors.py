@@ -40,7 +40,9 @@ class VectorIndex:
 
     def scores(self, query: npt.NDArray[np.float32]) -> Scores:
         """Cosine of ``query`` (a unit vector) with every row; ``-inf`` for invalid rows."""
-        scores: Scores = self.matrix @ np.asarray(query, dtype=np.float32)
+        # Not ``matrix @ query``: BLAS runs a matrix-vector product on every core and, on a
+        # busy 2-core host, spins: 10-23 ms for 1,702 x 384 where one thread takes 0.2 ms.
+        scores: Scores = np.einsum("ij,j->i", self.matrix, np.asarray(query, dtype=np.float32))
         scores[self._invalid] = -np.inf
         return scores
 

@@ -8,7 +8,7 @@ model call rides in the next.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import numpy as np
@@ -17,6 +17,33 @@ import trio
 
 Vectors = npt.NDArray[np.float32]
 EmbedBatch = Callable[[Sequence[str]], Vectors]
+
+#: Weight of the newest batch in the per-text model time (an EWMA: a few batches adapt it).
+_EWMA_WEIGHT: Final = 0.3
+
+
+class BatcherLoad:
+    """What the batcher knows about its own load: texts waiting or in the model, and the
+    model's measured time per text (an EWMA of batch time / batch size).
+
+    ``clock`` is trio's (so a ``MockClock`` drives it in tests); model time is measured around
+    the worker call, so it includes the wait for a worker slot.
+    """
+
+    def __init__(self) -> None:
+        self.outstanding = 0
+        self.seconds_per_text = 0.0
+
+    def predicted_wait(self) -> float:
+        """Seconds a request sent now would wait for its vector (0 before any measurement)."""
+        return (self.outstanding + 1) * self.seconds_per_text
+
+    def measured(self, seconds: float, texts: int) -> None:
+        per_text = seconds / max(texts, 1)
+        if self.seconds_per_text == 0.0:
+            self.seconds_per_text = per_text
+        else:
+            self.seconds_per_text += _EWMA_WEIGHT * (per_text - self.seconds_per_text)
 
 
 @attrs.frozen
@@ -43,6 +70,8 @@ class QueryBatcher:
         self._max_batch = max_batch
         self._limiter = limiter
         self._inbox: trio.MemorySendChannel[Embed] | None = None
+        #: Texts outstanding and the measured model time per text (the load ladder reads it).
+        self.load = BatcherLoad()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until closed; each (re)start opens a fresh inbox."""
@@ -54,6 +83,7 @@ class QueryBatcher:
             self._run_cpu,
             self._max_batch,
             self._limiter,
+            load=self.load,
             task_status=task_status,
         )
 
@@ -67,18 +97,28 @@ class QueryBatcher:
         if self._inbox is None:
             raise trio.BrokenResourceError("the query batcher is not running")
         reply_send, reply_receive = trio.open_memory_channel[Vectors | Exception](1)
-        with reply_receive:
-            try:
-                await self._inbox.send(Embed(text, reply_send))
-            except trio.ClosedResourceError:
-                raise trio.BrokenResourceError("the query batcher stopped") from None
-            try:
-                result = await reply_receive.receive()
-            except trio.EndOfChannel:
-                raise trio.BrokenResourceError("the query batcher stopped") from None
+        self.load.outstanding += 1
+        try:
+            result = await self._exchange(Embed(text, reply_send), reply_receive)
+        finally:
+            self.load.outstanding -= 1
         if isinstance(result, Exception):
             raise result
         return result
+
+    async def _exchange(
+        self, message: Embed, reply_receive: trio.MemoryReceiveChannel[Vectors | Exception]
+    ) -> Vectors | Exception:
+        assert self._inbox is not None
+        with reply_receive:
+            try:
+                await self._inbox.send(message)
+            except trio.ClosedResourceError:
+                raise trio.BrokenResourceError("the query batcher stopped") from None
+            try:
+                return await reply_receive.receive()
+            except trio.EndOfChannel:
+                raise trio.BrokenResourceError("the query batcher stopped") from None
 
     def close(self) -> None:
         if self._inbox is not None:
@@ -92,6 +132,7 @@ async def run_batcher(
     max_batch: int,
     limiter: trio.CapacityLimiter,
     *,
+    load: BatcherLoad | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``Embed`` requests in batches of at most ``max_batch``.
@@ -117,7 +158,7 @@ async def run_batcher(
             # Callers that gave up (deadline, cancellation) closed their reply channel.
             batch = [m for m in batch if m.reply.statistics().open_receive_channels > 0]
             if batch:
-                await _serve(batch, embed_batch, run_cpu, limiter)
+                await _serve(batch, embed_batch, run_cpu, limiter, load or BatcherLoad())
     finally:
         # Whatever is left gets an EndOfChannel instead of a reply, so no caller hangs.
         for message in pending:
@@ -135,14 +176,18 @@ async def _serve(
     embed_batch: Callable[[], EmbedBatch],
     run_cpu: Callable[..., Any],
     limiter: trio.CapacityLimiter,
+    load: BatcherLoad,
 ) -> None:
     result: Vectors | Exception
     try:
         embed = embed_batch()  # inside the try: if this crashes the service, replies still close
+        started = trio.current_time()
         try:
             result = await run_cpu(embed, [m.text for m in batch], limiter=limiter)
         except Exception as exc:  # every caller in the batch degrades on its own
             result = exc
+        else:
+            load.measured(trio.current_time() - started, len(batch))
         for index, message in enumerate(batch):
             try:
                 reply = result if isinstance(result, Exception) else result[index]

@@ -7,7 +7,7 @@ within ``config.restarts``); the other services answer calls in the caller's tas
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +20,12 @@ from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
 from .._core.stores import Stores
 from .._core.toolsets import ToolSet
-from .._stores.local import EngineStores, local_stores
-from .batcher import QueryBatcher
+from .._stores.local import EngineStores, cache_directory, local_stores
 from .catalog_changes import checked_sets, dedupe_catalog, served
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .facade import Engine
+from .fast_tier_service import FastTierService
 from .hub import EventHub
 from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, Selector
@@ -128,7 +128,7 @@ async def open_engine(
         if failure:
             hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
         async with trio.open_nursery() as nursery:
-            engine, keeper, batcher = _assemble(
+            engine, keeper, recall = _assemble(
                 catalog,
                 dedup,
                 tool_sets,
@@ -140,11 +140,17 @@ async def open_engine(
                 hub,
                 workers,
             )
+            batcher = recall.batcher
             if batcher is not None:
                 await nursery.start(
                     run_supervised, "query batcher", batcher.run, config.restarts, hub.publish
                 )
             await nursery.start(run_supervised, "warm-up", keeper.run, config.restarts, hub.publish)
+            if recall.fast_tier is not None:
+                # Background: built once warm-up is done; recall uses it when it is ready.
+                nursery.start_soon(
+                    recall.fast_tier.run, lambda: keeper.snapshot.index, keeper.ready
+                )
             if config.warmup.wait:
                 await engine.ready()
             try:
@@ -184,7 +190,7 @@ def _assemble(
     stores: EngineStores,
     hub: EventHub,
     workers: WorkerCalls,
-) -> tuple[Engine, CatalogKeeper, QueryBatcher | None]:
+) -> tuple[Engine, CatalogKeeper, Recall]:
     """The engine's services wired to each other (nothing runs yet): the facade, and the
     two services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
@@ -210,6 +216,9 @@ def _assemble(
         workers=workers,
         cpu=cpu,
         publish=hub.publish,
+        query_cache=config.load.query_cache,
+        fast_tier=_fast_tier_service(embedder, config, workers, hub),
+        budget_s=config.load.budget_s,
     )
     decisions = DecisionService(decider, config.decision.concurrency, hub.publish)
     router = ServerRouter(
@@ -244,8 +253,36 @@ def _assemble(
         steps=steps,
         decisions=decisions,
         router=router,
+        recall=recall,
     )
-    return engine, keeper, recall.batcher
+    return engine, keeper, recall
+
+
+def _fast_tier_service(
+    embedder: Embedder | None, config: EngineConfig, workers: WorkerCalls, hub: EventHub
+) -> FastTierService | None:
+    """The fast tier for ``embedder``, if one can be built: the bundled MiniLM model's (the
+    tier is its static token rows), with caching on (a first build distils the model for
+    ~20-90 s of CPU; without a cache every start would pay it again)."""
+    from ..providers._fast_tier import FastTier
+    from ..providers._minilm import MiniLMEmbedder
+
+    directory = cache_directory(config)
+    if not config.load.fast_tier or directory is None or not isinstance(embedder, MiniLMEmbedder):
+        return None
+    minilm = embedder
+
+    def opener(index: ToolIndex, should_stop: Callable[[], bool]) -> FastTier:
+        assert index.vectors is not None
+        return FastTier.open(
+            minilm,
+            cache_dir=directory,
+            tool_texts=index.embedding_texts(),
+            tool_vectors=index.vectors.matrix,
+            should_stop=should_stop,
+        )
+
+    return FastTierService(opener, config=config.load, workers=workers, publish=hub.publish)
 
 
 def _from_group(

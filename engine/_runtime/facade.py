@@ -26,6 +26,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
+from .recall import Recall, RecallStatistics
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
 from .steps import Messages, Steps, StepSelection
@@ -55,8 +56,10 @@ class Engine:
         steps: Steps,
         decisions: DecisionService,
         router: ServerRouter,
+        recall: Recall,
     ) -> None:
         self.config = config
+        self._recall = recall
         self._tool_sets = tool_sets
         self._hub = hub
         self._keeper = keeper
@@ -85,6 +88,12 @@ class Engine:
     def tool_sets(self) -> tuple[ToolSet, ...]:
         """The tool sets passed to ``open_engine``."""
         return self._tool_sets
+
+    @property
+    def statistics(self) -> RecallStatistics:
+        """How recall has answered so far: query-cache hits and misses, and how many requests
+        each rung of the load ladder answered (full tier, fast tier, keyword-only)."""
+        return self._recall.statistics()
 
     @property
     def decider(self) -> Decider | None:

@@ -1,24 +1,37 @@
 """Recall: a request's ranking from the current snapshot, its embedding under a deadline.
 
-The request's embedding goes through the query batcher (concurrent requests share one model
-call) and is abandoned at ``deadlines.embed_s``: recall then answers keyword-only, marked
-``degraded`` with the reason. Scoring a large catalogue runs off the event loop.
+A request's vector comes down a ladder:
+
+1. the query cache (exact text, shared by every caller): no model call;
+2. the full tier: the query batcher (concurrent requests share one model call), abandoned at
+   ``deadlines.embed_s``;
+3. the fast tier, at once, when the batcher predicts a wait past the budget (texts
+   outstanding x measured model time per text), or when the full tier failed or missed its
+   deadline; only once it has learned from enough served requests to beat keyword-only;
+4. keyword-only: no fast tier (missing, not ready, failed).
+
+Rungs 3 and 4 are ``degraded`` with a reason naming the tier. Scoring a large catalogue runs
+off the event loop.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import trio
 
 from .._core.events import Event, FailOpen
 from .._core.index import Strategy, brief
+from .._core.outcome import Outcome
 from .._core.selection import Ranking
 from .batcher import QueryBatcher
+from .fast_tier_service import FastTierService
+from .query_cache import QueryCache
 from .tool_index import ToolIndex
 from .workers import WorkerCalls
 
@@ -27,12 +40,22 @@ if TYPE_CHECKING:
 
 Vectors = npt.NDArray[np.float32]
 
+#: Share of the embed deadline a request may be predicted to wait for the full model before
+#: the fast tier answers (``load.budget_s`` unset): the prediction counts model time only,
+#: and under a burst scoring and the event loop take their share of the deadline too
+#: (at 1.0, MetaTool bursts of 200 saw the last requests sent to the model miss it).
+DEFAULT_BUDGET_SHARE = 0.5
+
 #: Catalogues at least this large are scored in a worker thread (about 1 ms of numpy work
 #: per request at this size; below it the thread hop costs more than it saves).
 SCORE_IN_THREAD_FROM = 20_000
 
 
-def query_vectors(embedder: Embedder, queries: Sequence[str], dim: int) -> Vectors:
+class _Embeds(Protocol):
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+def query_vectors(embedder: _Embeds, queries: Sequence[str], dim: int) -> Vectors:
     """Request vectors, checked: one row per request, width ``dim``, finite, non-zero.
 
     Raises:
@@ -54,6 +77,37 @@ def query_vectors(embedder: Embedder, queries: Sequence[str], dim: int) -> Vecto
     return vectors
 
 
+@attrs.frozen(kw_only=True)
+class RecallStatistics:
+    """How recall answered so far (``Engine.statistics``).
+
+    Attributes:
+        query_cache_hits: request vectors served from the query cache (no model call).
+        query_cache_misses: lookups that missed it.
+        full_tier: requests answered with a fresh full-model vector.
+        fast_tier: requests answered from the fast tier (``degraded``).
+        keyword_only: requests that needed a vector and got keyword-only recall.
+        fast_tier_open: whether the fast tier is built (it may still need traffic to answer).
+        fast_tier_ready: whether the fast tier may answer now.
+        fast_tier_served: served requests the fast tier's table was fitted on.
+    """
+
+    query_cache_hits: int
+    query_cache_misses: int
+    full_tier: int
+    fast_tier: int
+    keyword_only: int
+    fast_tier_open: bool
+    fast_tier_ready: bool
+    fast_tier_served: int
+
+    @property
+    def query_cache_hit_rate(self) -> float:
+        """Hits over lookups (0.0 before any)."""
+        lookups = self.query_cache_hits + self.query_cache_misses
+        return self.query_cache_hits / lookups if lookups else 0.0
+
+
 class Recall:
     """Ranks requests against a snapshot's index; ``run`` is the query batcher service.
 
@@ -63,6 +117,10 @@ class Recall:
         workers: where model and scoring work runs.
         cpu: the limiter that work shares with the catalogue keeper.
         publish: the event hub's ``publish``.
+        query_cache: how many request vectors to remember (0: none).
+        fast_tier: the fast tier service, if the embedder has one.
+        budget_s: predicted wait past which the fast tier answers at once (default: half the
+            embed deadline, ``DEFAULT_BUDGET_SHARE``).
     """
 
     def __init__(
@@ -73,9 +131,16 @@ class Recall:
         workers: WorkerCalls,
         cpu: trio.CapacityLimiter,
         publish: Callable[[Event], None],
+        query_cache: int = 0,
+        fast_tier: FastTierService | None = None,
+        budget_s: float | None = None,
     ) -> None:
         self._embedder = embedder
         self._deadline = embed_deadline_s
+        self._budget = embed_deadline_s * DEFAULT_BUDGET_SHARE if budget_s is None else budget_s
+        self._cache = QueryCache(query_cache)
+        self._fast = fast_tier
+        self._answers = {"full": 0, "fast": 0, "keyword": 0}
         self._workers = workers
         self._cpu = cpu
         self._publish = publish
@@ -93,6 +158,23 @@ class Recall:
     def batcher(self) -> QueryBatcher | None:
         """The query batcher service (``None`` without an embedder)."""
         return self._batcher
+
+    @property
+    def fast_tier(self) -> FastTierService | None:
+        return self._fast
+
+    def statistics(self) -> RecallStatistics:
+        """Counts of how requests were answered so far."""
+        return RecallStatistics(
+            query_cache_hits=self._cache.hits,
+            query_cache_misses=self._cache.misses,
+            full_tier=self._answers["full"],
+            fast_tier=self._answers["fast"],
+            keyword_only=self._answers["keyword"],
+            fast_tier_open=self._fast is not None and self._fast.is_open,
+            fast_tier_ready=self._fast is not None and self._fast.usable is not None,
+            fast_tier_served=self._fast.served if self._fast is not None else 0,
+        )
 
     @property
     def default_strategy(self) -> Strategy:
@@ -115,24 +197,73 @@ class Recall:
             self._dim = index.vectors.dim
             vector, reason = await self._embed_query(query)
         if len(index.catalog) < SCORE_IN_THREAD_FROM:
-            return index.rank(query, vector, k, strategy=chosen, reason=reason)
-        # Scoring a large catalogue takes milliseconds: off the event loop, so other tasks run.
-        ranked: Ranking = await self._workers.run(
-            functools.partial(index.rank, strategy=chosen, reason=reason),
-            query,
-            vector,
-            k,
-            limiter=self._cpu,
-        )
+            ranked = index.rank(query, vector, k, strategy=chosen, reason=reason)
+        else:
+            # Scoring a large catalogue takes milliseconds: off the event loop.
+            ranked = await self._workers.run(
+                functools.partial(index.rank, strategy=chosen, reason=reason),
+                query,
+                vector,
+                k,
+                limiter=self._cpu,
+            )
+        if vector is not None and reason and ranked.outcome is Outcome.APPLIED:
+            # A fast-tier vector ranks like any other, but the answer is a step down.
+            ranked = attrs.evolve(ranked, outcome=Outcome.DEGRADED, reason=reason)
         return ranked
 
     async def _embed_query(self, query: str) -> tuple[Vectors | None, str]:
+        """The request's vector and, when it is not the full tier's, why (the rung taken)."""
         assert self._batcher is not None
-        reason = f"the request's embedding took longer than {self._deadline} s"
+        assert self._embedder is not None
+        owner = (str(self._embedder.identity), self._dim)
+        cached = self._cache.get(query, owner)
+        if cached is not None:
+            self._answers["full"] += 1
+            return cached, ""
+        load = self._batcher.load
+        predicted = load.predicted_wait()
+        # A request that finds the model idle always goes to it: a lone caller gets the full
+        # tier, and the model time is measured again (one slow call cannot pin the ladder).
+        if load.outstanding and predicted > self._budget and self._fast_tier_usable():
+            busy = (
+                f"full model busy (predicted wait {predicted * 1000:.0f} ms"
+                f" > {self._budget * 1000:.0f} ms)"
+            )
+            return self._from_fast_tier(query, busy)
+        failure = f"the request's embedding took longer than {self._deadline} s"
         with trio.move_on_after(self._deadline):
             try:
-                return await self._batcher.embed(query), ""
-            except Exception as exc:  # the request degrades to keyword-only; it never raises
-                reason = f"embedder failed on the query: {brief(exc)}"
-        self._publish(FailOpen(operation="select", what_failed="embedder", reason=reason))
-        return None, reason
+                vector = await self._batcher.embed(query)
+            except Exception as exc:  # the request degrades; it never raises
+                failure = f"embedder failed on the query: {brief(exc)}"
+            else:
+                self._answers["full"] += 1
+                self._cache.put(query, vector, owner)
+                if self._fast is not None:
+                    self._fast.offer(query, vector)
+                return vector, ""
+        self._publish(FailOpen(operation="select", what_failed="embedder", reason=failure))
+        if self._fast_tier_usable():
+            return self._from_fast_tier(query, failure)
+        self._answers["keyword"] += 1
+        return None, failure
+
+    def _fast_tier_usable(self) -> bool:
+        return self._fast is not None and self._fast.usable is not None
+
+    def _from_fast_tier(self, query: str, why: str) -> tuple[Vectors | None, str]:
+        """The fast tier's vector, at once (~0.1 ms: on the event loop); keyword-only if it
+        fails."""
+        assert self._fast is not None
+        tier = self._fast.usable
+        try:
+            assert tier is not None
+            vector = query_vectors(tier, [query], self._dim)[0]
+        except Exception as exc:  # the last rung: keyword-only
+            reason = f"keyword only: fast tier failed ({brief(exc)}); {why}"
+            self._publish(FailOpen(operation="select", what_failed="fast tier", reason=reason))
+            self._answers["keyword"] += 1
+            return None, reason
+        self._answers["fast"] += 1
+        return vector, f"fast tier: {why}"

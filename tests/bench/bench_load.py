@@ -1,4 +1,4 @@
-"""Load benchmark (issue #11, phase 1): bounded text, the fast tier, both cores, int8 scoring.
+"""Load benchmark (issue #11): bounded text, the fast tier, both cores, int8 scoring, the ladder.
 
     python tests/bench/bench_load.py [--datasets ../shared/datasets] [--quick]
 
@@ -16,7 +16,8 @@ Prints, side by side in one run (Markdown):
 6. MiniLM on both cores: one session with 2 intra-op threads vs two 1-thread sessions,
    single-caller p50 and throughput with 1, 2 and 4 caller threads.
 
-Section 7 (200 concurrent selects, the recall service's load ladder) is phase 2 of #11.
+7. the load ladder (``load_ladder.py``): 200 concurrent selects vs one at a time, with the
+   fast tier off and fitted on 0 / 100 / 1k / 10k served dev requests; 100 callers vs one.
 Defaults were chosen on dev splits; every accuracy figure here is a test split.
 """
 
@@ -46,6 +47,9 @@ from toolroute.providers import default_embedder
 from toolroute.providers._fast_tier import FastTier
 from toolroute.providers._int8_product import onnx_int8_product
 from toolroute.providers._minilm import MiniLMEmbedder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load_ladder import concurrency
 
 QUERY_FILES = {
     "metatool": "queries.json",
@@ -363,15 +367,6 @@ def warm_up_rss_child(root: Path, sessions: int) -> None:
             print(took, int(line.split()[1]) / 1024.0)
 
 
-# -- 7. concurrency (phase 2) ---------------------------------------------------------------------
-
-
-def concurrency_phase_2() -> None:
-    print("\n## 7. 200 concurrent selects, 100-caller throughput\n")
-    print("PHASE 2: needs the recall service's load ladder (#11 items 2 and 4); filled in when")
-    print("the runtime rebuild has merged. bench_engine.py prints today's concurrency figures.")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = Path(__file__).resolve()
@@ -398,7 +393,7 @@ def main() -> None:
             "4": lambda: huge_texts(args.datasets, embedder, cache),
             "5": scoring_100k,
             "6": lambda: both_cores(args.datasets),
-            "7": concurrency_phase_2,
+            "7": lambda: concurrency(args.datasets, embedder, cache, args.quick),
         }
         for key, section in sections.items():
             if key in args.only:

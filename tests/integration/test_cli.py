@@ -196,7 +196,7 @@ def test_demo_streams_agent_events_as_json_lines(tmp_path: Path) -> None:
     )
     events = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     steps = [e for e in events if e["type"] == "step.finished"]
-    assert [s["page"] for s in steps] == [0, 0, 1, 2]
+    assert [s["page"] for s in steps] == [0, 0, 0, 1, 2]
     assert steps[-1]["tool_ids"] is None  # every tool after two idle steps
     assert all(s["query"] is None for s in steps)  # requests stay out of events
 

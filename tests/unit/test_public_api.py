@@ -65,6 +65,7 @@ CONFIG = {
     "EngineConfig",
     "EnrichmentConfig",
     "EventConfig",
+    "LoadConfig",
     "RerankConfig",
     "RestartPolicy",
     "RoutingConfig",

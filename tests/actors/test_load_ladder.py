@@ -1,0 +1,367 @@
+"""The load ladder in recall: query cache, full tier, fast tier, keyword-only.
+
+Virtual time (``MockClock``) with CPU work inline: the scripted model takes ``delay`` seconds
+of trio time per call, so predicted waits and deadlines are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import trio
+import trio.testing
+
+from toolroute import Catalog, EngineConfig, Outcome
+from toolroute._core.config import Deadlines, LoadConfig, WarmupConfig
+from toolroute._core.events import Event, FailOpen
+from toolroute._runtime.engine import open_engine
+from toolroute._runtime.fast_tier_service import FastTierService
+from toolroute._runtime.recall import Recall
+from toolroute._runtime.tool_index import ToolIndex
+from toolroute._runtime.workers import WorkerCalls
+from toolroute.testing import ScriptedEmbedder, inline_cpu
+
+TOOLS = Catalog.from_plain(
+    [
+        {"name": "get_weather", "description": "Current weather forecast for a city"},
+        {"name": "send_email", "description": "Send an email message to a recipient"},
+        {"name": "create_issue", "description": "Create an issue in the bug tracker"},
+        {"name": "play_song", "description": "Play a song from the music library"},
+        {"name": "book_flight", "description": "Book a flight ticket between two airports"},
+    ]
+)
+QUERIES = [
+    f"{verb} {thing} number {n}"
+    for n in range(10)
+    for verb, thing in [("weather", "city"), ("send", "email"), ("play", "song")]
+]
+BUDGET = 0.25
+
+
+class ScriptedFastTier:
+    """A fast tier with the scripted embedder's vectors (so it agrees with the full tier),
+    counting what it learns; ``fail`` makes ``embed`` raise."""
+
+    def __init__(self, served: int, dim: int = 64, *, fail: bool = False) -> None:
+        self._served = served
+        self._model = ScriptedEmbedder(dim=dim)
+        self.fail = fail
+        self.learned: list[str] = []
+        self.refits = 0
+        self.saves = 0
+        self.tool_texts: list[str] = []
+
+    @property
+    def served_texts(self) -> int:
+        return self._served + len(self.learned)
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self.fail:
+            raise RuntimeError("fast tier table unreadable")
+        return self._model.embed(texts)
+
+    def learn(self, texts: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
+        assert vectors.shape == (len(texts), 64)
+        self.learned.extend(texts)
+
+    def learn_tools(self, texts: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
+        self.tool_texts.extend(texts)
+
+    def refit(self) -> None:
+        self.refits += 1
+
+    def save(self) -> None:
+        self.saves += 1
+
+
+class Harness:
+    def __init__(self, recall: Recall, index: ToolIndex, events: list[Event]) -> None:
+        self.recall, self.index, self.events = recall, index, events
+
+    async def rank(self, query: str) -> tuple[Outcome, str, float]:
+        started = trio.current_time()
+        ranked = await self.recall.rank(self.index, query, 3, None, warming=False)
+        return ranked.outcome, ranked.reason, trio.current_time() - started
+
+
+@asynccontextmanager
+async def ladder(
+    model: ScriptedEmbedder,
+    tier: ScriptedFastTier | None,
+    *,
+    load: LoadConfig | None = None,
+    deadline: float = BUDGET,
+) -> AsyncIterator[Harness]:
+    """Recall with its batcher and fast-tier service running, over an embedded index."""
+    load = load or LoadConfig(min_served=100, refit_every=4)
+    events: list[Event] = []
+    index = ToolIndex(TOOLS, embedder=ScriptedEmbedder(dim=model.dim), cache=None)
+    workers = WorkerCalls(inline_cpu(model))
+    service = None
+    if tier is not None:
+        chosen = tier
+
+        def opener(_index: ToolIndex, _stop: Callable[[], bool]) -> ScriptedFastTier:
+            return chosen
+
+        service = FastTierService(opener, config=load, workers=workers, publish=events.append)
+    recall = Recall(
+        model,
+        embed_deadline_s=deadline,
+        workers=workers,
+        cpu=trio.CapacityLimiter(2),
+        publish=events.append,
+        query_cache=load.query_cache,
+        fast_tier=service,
+        budget_s=load.budget_s,
+    )
+    assert recall.batcher is not None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(recall.batcher.run)
+        if service is not None:
+            ready = trio.Event()
+            ready.set()
+            nursery.start_soon(service.run, lambda: index, ready.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        yield Harness(recall, index, events)
+        nursery.cancel_scope.cancel()
+
+
+async def burst(harness: Harness, queries: Sequence[str]) -> list[tuple[Outcome, str, float]]:
+    results: list[tuple[Outcome, str, float]] = []
+
+    async def one(query: str) -> None:
+        results.append(await harness.rank(query))
+
+    async with trio.open_nursery() as nursery:
+        for query in queries:
+            nursery.start_soon(one, query)
+    return results
+
+
+async def test_a_lone_caller_gets_the_full_tier(autojump_clock: trio.testing.MockClock) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500)) as harness:
+        for query in QUERIES[:5]:
+            outcome, reason, waited = await harness.rank(query)
+            assert (outcome, reason) == (Outcome.APPLIED, "")
+            assert waited == pytest.approx(0.05)
+        stats = harness.recall.statistics()
+        assert (stats.full_tier, stats.fast_tier, stats.keyword_only) == (5, 0, 0)
+
+
+async def test_under_a_burst_no_request_waits_past_the_budget(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)  # one text per call: 20 texts/s
+    async with ladder(model, ScriptedFastTier(served=500)) as harness:
+        await harness.rank("calibrate the model time")  # one measured call
+        results = await burst(harness, QUERIES)
+    outcomes = [outcome for outcome, _, _ in results]
+    assert max(waited for _, _, waited in results) <= BUDGET
+    fast = [reason for _, reason, _ in results if reason.startswith("fast tier: full model busy")]
+    assert len(fast) >= len(QUERIES) - BUDGET / 2 / 0.05  # the rest fit in half the deadline
+    assert outcomes.count(Outcome.APPLIED) == 2  # 2 x 50 ms fit in the 125 ms budget
+    assert all(o is Outcome.DEGRADED for o, r, _ in results if r)
+    assert "predicted wait" in fast[0]
+    assert "> 125 ms" in fast[0]
+    assert harness.recall.statistics().keyword_only == 0
+
+
+async def test_without_a_fast_tier_a_burst_waits_for_the_deadline_as_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, None) as harness:
+        await harness.rank("calibrate the model time")
+        results = await burst(harness, QUERIES)
+    keyword = [r for o, r, _ in results if o is Outcome.DEGRADED]
+    assert keyword
+    assert all(r == f"the request's embedding took longer than {BUDGET} s" for r in keyword)
+    assert max(waited for _, _, waited in results) == pytest.approx(BUDGET)
+
+
+async def test_a_fast_tier_that_learned_too_little_is_not_used(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    tier = ScriptedFastTier(served=10)
+    async with ladder(model, tier, load=LoadConfig(min_served=100, learn=False)) as harness:
+        await harness.rank("calibrate the model time")
+        results = await burst(harness, QUERIES)
+        assert not harness.recall.statistics().fast_tier_ready
+    assert not [r for _, r, _ in results if r.startswith("fast tier")]
+    assert harness.recall.statistics().keyword_only > 0
+
+
+async def test_a_failing_fast_tier_answers_keyword_only_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500, fail=True)) as harness:
+        await harness.rank("calibrate the model time")
+        results = await burst(harness, QUERIES)
+    stepped = [(r, w) for _, r, w in results if r.startswith("keyword only: fast tier failed")]
+    assert stepped
+    assert all(w == 0 for r, w in stepped if "full model busy" in r)  # no wait spent for nothing
+    assert "fast tier table unreadable" in stepped[0][0]
+    failures = [e for e in harness.events if isinstance(e, FailOpen)]
+    assert {e.what_failed for e in failures} >= {"fast tier"}
+
+
+async def test_a_request_past_its_deadline_steps_to_the_fast_tier(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, faults=["hang"])
+    async with ladder(model, ScriptedFastTier(served=500)) as harness:
+        outcome, reason, waited = await harness.rank("weather in Oslo")
+    assert outcome is Outcome.DEGRADED
+    assert reason == f"fast tier: the request's embedding took longer than {BUDGET} s"
+    assert waited == pytest.approx(BUDGET)
+
+
+async def test_cancelling_a_caller_in_a_burst_leaves_the_others_answered(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    answered: list[Outcome] = []
+    async with ladder(model, ScriptedFastTier(served=500)) as harness:
+        await harness.rank("calibrate the model time")
+
+        async def one(query: str) -> None:
+            answered.append((await harness.rank(query))[0])
+
+        async with trio.open_nursery() as nursery:
+            with trio.CancelScope() as doomed:
+                doomed.cancel()
+                await harness.rank("never answered")
+            for query in QUERIES[:10]:
+                nursery.start_soon(one, query)
+        assert doomed.cancelled_caught
+        assert harness.recall.batcher is not None
+        assert harness.recall.batcher.load.outstanding == 0
+    assert len(answered) == 10
+
+
+async def test_a_repeated_request_costs_no_model_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05)
+    async with ladder(model, None, load=LoadConfig(query_cache=8)) as harness:
+        first = await harness.rank("weather in Oslo")
+        second = await harness.rank("weather in Oslo")
+        stats = harness.recall.statistics()
+    assert first[:2] == second[:2] == (Outcome.APPLIED, "")
+    assert second[2] == 0  # answered from the cache, no model time
+    assert model.texts == ["weather in Oslo"]
+    assert (stats.query_cache_hits, stats.query_cache_misses) == (1, 1)
+    assert stats.query_cache_hit_rate == 0.5
+
+
+async def test_the_query_cache_can_be_turned_off(autojump_clock: trio.testing.MockClock) -> None:
+    model = ScriptedEmbedder(delay=0.05)
+    async with ladder(model, None, load=LoadConfig(query_cache=0)) as harness:
+        await harness.rank("weather in Oslo")
+        await harness.rank("weather in Oslo")
+    assert model.texts == ["weather in Oslo"] * 2
+
+
+async def test_the_fast_tier_learns_from_what_the_full_tier_served(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.01)
+    tier = ScriptedFastTier(served=0)
+    async with ladder(model, tier, load=LoadConfig(refit_every=4, min_served=4)) as harness:
+        assert tier.tool_texts == []  # tools are learned by FastTier.open, not again here
+        for query in QUERIES[:4]:
+            await harness.rank(query)
+        await trio.sleep(1)  # the fit runs in the background
+        assert tier.learned == QUERIES[:4]
+        assert (tier.refits, tier.saves) == (1, 1)
+        assert harness.recall.statistics().fast_tier_served == 4
+        assert harness.recall.statistics().fast_tier_ready
+        # Fits get rarer: the next is due after as many pairs as the table was fitted on.
+        for query in QUERIES[4:8]:
+            await harness.rank(query)
+        await trio.sleep(1)
+        assert (tier.refits, harness.recall.statistics().fast_tier_served) == (2, 8)
+        for query in QUERIES[8:12]:
+            await harness.rank(query)
+        await trio.sleep(1)
+        assert tier.learned == QUERIES[:8]  # 4 pairs wait: 8 are due
+        for query in QUERIES[12:16]:
+            await harness.rank(query)
+        await trio.sleep(1)
+        assert tier.learned == QUERIES[:16]
+        assert (tier.refits, harness.recall.statistics().fast_tier_served) == (3, 16)
+
+
+async def test_learning_off_learns_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    model = ScriptedEmbedder(delay=0.01)
+    tier = ScriptedFastTier(served=0)
+    async with ladder(model, tier, load=LoadConfig(refit_every=1, learn=False)) as harness:
+        for query in QUERIES[:4]:
+            await harness.rank(query)
+        await trio.sleep(1)
+    assert (tier.learned, tier.refits) == ([], 0)
+
+
+async def test_a_fast_tier_that_cannot_be_built_leaves_the_other_rungs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    events: list[Event] = []
+    model = ScriptedEmbedder(delay=0.01)
+    workers = WorkerCalls(inline_cpu(model))
+
+    def opener(_index: ToolIndex, _stop: Callable[[], bool]) -> ScriptedFastTier:
+        raise OSError("cache directory is read-only")
+
+    service = FastTierService(opener, config=LoadConfig(), workers=workers, publish=events.append)
+    index = ToolIndex(TOOLS, embedder=ScriptedEmbedder(), cache=None)
+    ready = trio.Event()
+    ready.set()
+    await service.run(lambda: index, ready.wait)
+    assert service.usable is None
+    assert [(type(e), e.operation, e.what_failed, e.reason) for e in events] == [  # type: ignore[attr-defined]
+        (
+            FailOpen,
+            "open_engine",
+            "fast tier",
+            "the fast tier could not be built: OSError: cache directory is read-only",
+        )
+    ]
+
+
+async def test_an_engine_without_the_bundled_model_has_no_fast_tier_and_shares_its_cache(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05)
+    config = EngineConfig(cache=False, warmup=WarmupConfig(wait=True), deadlines=Deadlines())
+    async with open_engine(TOOLS, config=config, embedder=model, run_cpu=inline_cpu(model)) as e:
+        calls = len(model.calls)
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):  # three callers, one request: one model call
+                nursery.start_soon(e.select, "weather in Oslo")
+        await e.select("weather in Oslo")
+        stats = e.statistics
+    assert len(model.calls) - calls == 1
+    assert not stats.fast_tier_ready
+    assert (stats.query_cache_hits, stats.query_cache_misses) == (1, 3)
+
+
+async def test_one_slow_call_does_not_keep_a_lone_caller_off_the_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=1.5)  # within the 2 s deadline, past the 1 s budget
+    async with ladder(model, ScriptedFastTier(served=500), deadline=2.0) as harness:
+        await harness.rank("a slow start")
+        assert harness.recall.batcher is not None
+        assert harness.recall.batcher.load.predicted_wait() == pytest.approx(1.5)
+        model.delay = 0.01
+        outcome, reason, _ = await harness.rank("weather in Oslo")
+        assert (outcome, reason) == (Outcome.APPLIED, "")  # the model was idle: it answers
+        assert harness.recall.batcher.load.seconds_per_text < 1.5  # and is measured again

@@ -1,0 +1,24 @@
+"""A fast tier's first build stops between distillation batches when asked (engine shutdown)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolroute.providers._fast_tier import FastTier, FastTierStopped
+from toolroute.providers._minilm import default_embedder
+
+
+def test_a_build_asked_to_stop_stops_before_the_next_batch(tmp_path: Path) -> None:
+    embedder = default_embedder()
+    asked: list[int] = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # two batches run, then the engine is shutting down
+
+    with pytest.raises(FastTierStopped):
+        FastTier.open(embedder, cache_dir=tmp_path, should_stop=should_stop)
+    assert len(asked) == 3
+    assert not (tmp_path / "fast-tier").exists()  # nothing half-built is cached

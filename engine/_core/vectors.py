@@ -175,6 +175,8 @@ class Int8Index:
         # in the query, so the baseline needs no full product.
         self._row_sum = matrix.sum(axis=0, dtype=np.float64)
         self._valid_count = int(exact.valid.sum())
+        #: Candidates re-scored per wanted result, and at least (the module's defaults).
+        self.rescore_factor, self.rescore_min = RESCORE_FACTOR, RESCORE_MIN
         self.failures = 0
         self.last_failure = ""
 
@@ -214,7 +216,7 @@ class Int8Index:
         else:
             for term in bonus:
                 rough += term
-        wanted = max(RESCORE_FACTOR * k, RESCORE_MIN)
+        wanted = max(self.rescore_factor * k, self.rescore_min, 1)
         if wanted >= n:
             return self._everything(query, k, bonus)
         candidates = top_k(rough, wanted)
@@ -291,7 +293,7 @@ def _best(rows: Indices, scores: Scores, k: int) -> tuple[Indices, Scores]:
 #: (``RecallIndex(int8_product=...)``; the public ``ToolIndex`` gives onnxruntime's). Below
 #: it the fp32 product is as fast and the int8 copy is memory for nothing
 #: (``tests/bench/bench_scale.py`` measures both).
-INT8_FROM = 20_000
+INT8_FROM = 10_000
 
 
 def int8_index(

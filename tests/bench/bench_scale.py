@@ -28,8 +28,9 @@ import numpy as np
 
 from toolroute import EmbeddingCache, ToolIndex, load_queries
 from toolroute._core.text import embedding_text
-from toolroute._core.vectors import INT8_FROM, top_k
+from toolroute._core.vectors import INT8_FROM, int8_index, top_k
 from toolroute.providers import default_embedder
+from toolroute.providers._int8_product import onnx_int8_product
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -59,6 +60,7 @@ def scale_row(root: Path, cache_dir: Path, size: int, queries: list[str]) -> dic
     build_s = time.perf_counter() - started
     assert index.vectors is not None
     assert index.int8 is not None
+    int8_build_s, _ = timed_ms(int8_index, index.vectors, onnx_int8_product, 0)
     fp32 = copy.copy(index)
     fp32.int8 = None  # the same index scoring every row in fp32
     vectors = np.concatenate(
@@ -80,6 +82,7 @@ def scale_row(root: Path, cache_dir: Path, size: int, queries: list[str]) -> dic
             times[f"{strategy}_int8"].append(t_int8)
             same[strategy] += got.tool_ids == want.tool_ids
     sample = queries[:200]
+    times["embed"] = [timed_ms(embedder.embed, [q])[0] for q in sample]
     for name, used in (("fp32", fp32), ("int8", index)):
         for q in sample[:10]:
             used.select(q)
@@ -87,6 +90,7 @@ def scale_row(root: Path, cache_dir: Path, size: int, queries: list[str]) -> dic
     row: dict[str, Any] = {
         "tools": size,
         "build_s": build_s,
+        "int8_build_s": int8_build_s / 1000,
         **{f"{k}_p50_ms": p50(v) for k, v in times.items()},
         "top5_same_semantic": same["semantic"] / len(queries),
         "top5_same_combined": same["combined"] / len(queries),
@@ -151,18 +155,20 @@ def main() -> None:
     print(f"\n## Large catalogues (ToolIndex uses int8 from {INT8_FROM:,} tools)\n")
     print(
         "| tools | top-5 vector scoring p50 fp32 / int8 ms | semantic rank p50 fp32 / int8 ms "
-        "| combined rank p50 fp32 / int8 ms | combined select p50 fp32 / int8 ms "
-        "| top 5 = fp32 (semantic / combined) |"
+        "| combined rank p50 fp32 / int8 ms | request embedding p50 ms "
+        "| combined select p50 fp32 / int8 ms | top 5 = fp32 (semantic / combined) "
+        "| int8 index build s |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['tools']:,} | {r['vector_fp32_p50_ms']:.2f} / {r['vector_int8_p50_ms']:.2f} "
             f"| {r['semantic_fp32_p50_ms']:.2f} / {r['semantic_int8_p50_ms']:.2f} "
             f"| {r['combined_fp32_p50_ms']:.2f} / {r['combined_int8_p50_ms']:.2f} "
+            f"| {r['embed_p50_ms']:.2f} "
             f"| {r['select_fp32_p50_ms']:.2f} / {r['select_int8_p50_ms']:.2f} "
             f"| {100 * r['top5_same_semantic']:.1f} % / {100 * r['top5_same_combined']:.1f} % "
-            f"of {r['queries']} |"
+            f"of {r['queries']} | {r['int8_build_s']:.2f} |"
         )
     report: dict[str, Any] = {"scale": rows}
     if not args.skip_rss:

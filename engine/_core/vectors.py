@@ -96,14 +96,31 @@ QUERY_ZERO_POINT = 128
 Int8Product = Callable[[npt.NDArray[np.uint8]], npt.NDArray[np.int32]]
 
 
+#: Rows quantised per step: float temporaries stay a few MB however large the catalogue.
+_QUANTIZE_STEP = 4096
+
+
 def quantize_rows(matrix: Matrix) -> tuple[npt.NDArray[np.int8], Scores]:
     """Each row scaled to int8 by its own largest magnitude: ``(rows, scales)``,
     ``row ≈ rows[i] * scales[i]``. All-zero rows get scale 0."""
     peak = np.abs(matrix).max(axis=1) if matrix.size else np.zeros(len(matrix), np.float32)
     scales = (peak / 127.0).astype(np.float32)
     inverse = np.where(scales > 0, 1.0 / np.maximum(scales, 1e-30), 0.0).astype(np.float32)
-    rows = np.clip(np.rint(matrix * inverse[:, None]), -127, 127).astype(np.int8)
+    rows = np.empty(matrix.shape, dtype=np.int8)
+    for start in range(0, len(matrix), _QUANTIZE_STEP):
+        part = slice(start, start + _QUANTIZE_STEP)
+        rows[part] = np.clip(np.rint(matrix[part] * inverse[part, None]), -127, 127)
     return rows, scales
+
+
+def _residual_norms(matrix: Matrix, rows: npt.NDArray[np.int8], scales: Scores) -> Scores:
+    """``|row - rows[i] * scales[i]|`` per row: how far each int8 row is from its fp32 row."""
+    norms = np.empty(len(matrix), dtype=np.float32)
+    for start in range(0, len(matrix), _QUANTIZE_STEP):
+        part = slice(start, start + _QUANTIZE_STEP)
+        restored = rows[part].astype(np.float32) * scales[part, None]
+        norms[part] = np.linalg.norm(matrix[part] - restored, axis=1)
+    return norms
 
 
 def quantize_query(query: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.uint8], float]:
@@ -166,9 +183,8 @@ class Int8Index:
         self.rows, self.scales = quantized if quantized is not None else quantize_rows(matrix)
         self.rows.setflags(write=False)
         self._product = product if product is not None else numpy_int8_product(self.rows)
-        restored = self.rows.astype(np.float32) * self.scales[:, None]
-        residual = np.linalg.norm(matrix - restored, axis=1) if len(matrix) else np.zeros(0)
-        norms = np.linalg.norm(matrix, axis=1) if len(matrix) else np.zeros(0)
+        residual = _residual_norms(matrix, self.rows, self.scales)
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
         self._max_residual = float(residual.max(initial=0.0))
         self._max_norm = float(norms.max(initial=0.0))
         # Sum of the rows (invalid ones are zero): the mean score over the catalogue is linear

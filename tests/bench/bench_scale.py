@@ -151,7 +151,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     queries = [q.text for q in load_queries(root / "metatool" / "queries.json")][: args.queries]
-    rows = [scale_row(root, out / "cache", int(s), queries) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]  # --sizes "": memory only
+    rows = [scale_row(root, out / "cache", size, queries) for size in sizes]
     print(f"\n## Large catalogues (ToolIndex uses int8 from {INT8_FROM:,} tools)\n")
     print(
         "| tools | top-5 vector scoring p50 fp32 / int8 ms | semantic rank p50 fp32 / int8 ms "

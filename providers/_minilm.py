@@ -189,6 +189,10 @@ class MiniLMEmbedder:
         # largest batch, tops out at ~420 MB instead of ~650 MB of process RSS.
         # Idle pool threads sleep instead of spinning: a host shares these cores.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # ORT keeps a memory plan per input shape; a warm-up's batches come in ~128 widths,
+        # so the plans piled up to ~85 MB of peak RSS (10k tools: 508 -> ~420 MB without
+        # them) at the same speed (tests/bench/bench_scale.py).
+        options.enable_mem_pattern = False
         try:
             loaded = [
                 ort.InferenceSession(

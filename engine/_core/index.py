@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from .catalog import Catalog
 from .errors import ConfigError
-from .fusion import fuse
+from .fusion import COVERAGE_WEIGHT, NAME_WEIGHT, fuse
 from .keyword import KeywordIndex
 from .outcome import Outcome
 from .policy import Policy, select
@@ -25,7 +25,16 @@ from .protocols import Embedder
 from .selection import Ranking, Selection
 from .text import embedding_text, keyword_document, split_identifier, tokenize
 from .toolsets import ToolSet
-from .vectors import VectorIndex, top_k
+from .vectors import (
+    INT8_FROM,
+    Indices,
+    Int8Index,
+    Int8ProductFactory,
+    Scores,
+    VectorIndex,
+    int8_index,
+    top_k,
+)
 
 STRATEGIES = ("keyword", "semantic", "combined")
 Strategy = Literal["keyword", "semantic", "combined"]
@@ -46,6 +55,11 @@ class RecallIndex:
         strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
         progress: called as ``progress(done, total)`` while tools are embedded.
         extra_text: recall-only text per tool id (enrichment's phrasings).
+        int8_product: builds an int8 product for the quantised tool matrix; with it,
+            catalogues of at least ``int8_from`` tools score semantic and combined recall
+            from an ``Int8Index`` (int8 candidates, exact fp32 re-scoring: the same results
+            as fp32, faster). ``None``: always fp32.
+        int8_from: the catalogue size from which ``int8_product`` is used.
 
     Raises:
         ConfigError: an unknown strategy, or ``semantic``/``combined`` without an embedder.
@@ -63,6 +77,8 @@ class RecallIndex:
         strategy: Strategy | None = None,
         progress: Progress | None = None,
         extra_text: Mapping[str, str] | None = None,
+        int8_product: Int8ProductFactory | None = None,
+        int8_from: int = INT8_FROM,
     ) -> None:
         started = time.perf_counter()
         if not isinstance(catalog, Catalog):
@@ -80,6 +96,9 @@ class RecallIndex:
             strategy = "combined" if self.embedder is not None else "keyword"
         self.strategy: Strategy = _check_strategy(strategy, has_embedder=self.embedder is not None)
         self.vectors: VectorIndex | None = None
+        self._int8_product, self._int8_from = int8_product, int8_from
+        #: The int8 copy scoring a large catalogue (``None``: fp32 scores everything).
+        self.int8: Int8Index | None = None
         #: Why embeddings are unavailable, when they are.
         self.degraded_reason = ""
         if self.embedder is not None:
@@ -104,7 +123,7 @@ class RecallIndex:
             )
         clone = copy.copy(self)
         clone.embedder = embedder
-        clone.vectors = VectorIndex(array)
+        clone._use_vectors(array)
         clone.degraded_reason = ""
         if clone.strategy == "keyword" and self.embedder is None:
             clone.strategy = "combined"
@@ -113,7 +132,7 @@ class RecallIndex:
     def without_vectors(self, reason: str) -> Self:
         """A keyword-only copy whose selections report ``reason`` (snapshots never change)."""
         clone = copy.copy(self)
-        clone.vectors = None
+        clone.vectors, clone.int8 = None, None
         clone.degraded_reason = reason
         return clone
 
@@ -127,7 +146,11 @@ class RecallIndex:
         except Exception as exc:  # any embedder failure degrades to keyword-only recall
             self.degraded_reason = f"embedder failed while indexing: {brief(exc)}"
             return
+        self._use_vectors(vectors)
+
+    def _use_vectors(self, vectors: npt.NDArray[np.float32]) -> None:
         self.vectors = VectorIndex(vectors)
+        self.int8 = int8_index(self.vectors, self._int8_product, self._int8_from)
 
     def tool_vectors(
         self, embedder: Embedder, texts: Sequence[str], progress: Progress | None
@@ -262,28 +285,50 @@ class RecallIndex:
         if strategy == "keyword":
             scores = self.keyword.bm25(tokens)
             picked = top_k(scores, k, floor=0.0)
-            baseline = 0.0
+            picked_scores, baseline = scores[picked], 0.0
         else:
-            assert self.vectors is not None
             assert query_vector is not None
-            cosine = self.vectors.scores(query_vector)
-            if strategy == "semantic":
-                scores = cosine
-            else:
-                scores = fuse(
-                    cosine, self.keyword.coverage(tokens), self.keyword.name_coverage(tokens)
-                )
-            picked = top_k(scores, k)
-            finite = scores[np.isfinite(scores)]
-            baseline = float(finite.mean()) if finite.size else 0.0
+            picked, picked_scores, baseline = self._scored(tokens, query_vector, k, strategy)
         return Ranking(
             tool_ids=tuple(self._ids[i] for i in picked),
-            scores=tuple(float(scores[i]) for i in picked),
+            scores=tuple(float(score) for score in picked_scores),
             strategy=strategy,
             outcome=outcome,
             reason=reason if outcome is Outcome.DEGRADED else "",
             baseline=baseline,
         )
+
+    def _scored(
+        self,
+        tokens: list[str],
+        query_vector: npt.NDArray[np.float32],
+        k: int,
+        strategy: Strategy,
+    ) -> tuple[Indices, Scores, float]:
+        """The ``k`` best rows by cosine (``semantic``) or fused score, their scores and the
+        catalogue's mean score (the policy's baseline)."""
+        assert self.vectors is not None
+        if self.int8 is not None:
+            # The same rows and scores as below: int8 picks candidates, fp32 re-scores them.
+            bonus = None
+            if strategy == "combined":
+                coverage = self.keyword.coverage(tokens)
+                names = self.keyword.name_coverage(tokens)
+                # ``fuse``'s terms, in its order, so the sums round exactly as it rounds them.
+                bonus = (
+                    np.float32(COVERAGE_WEIGHT) * coverage * coverage,
+                    np.float32(NAME_WEIGHT) * names * names,
+                )
+            picked, picked_scores = self.int8.ranked(query_vector, k, bonus)
+            return picked, picked_scores, self.int8.baseline(query_vector, bonus)
+        cosine = self.vectors.scores(query_vector)
+        if strategy == "semantic":
+            scores = cosine
+        else:
+            scores = fuse(cosine, self.keyword.coverage(tokens), self.keyword.name_coverage(tokens))
+        picked = top_k(scores, k)
+        finite = scores[np.isfinite(scores)]
+        return picked, scores[picked], float(finite.mean()) if finite.size else 0.0
 
     # -- selection ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from .._core.events import CatalogUpdated, Event, FailOpen, WarmupFinished, Warm
 from .._core.index import brief
 from .._core.stores import EmbeddingStore, EnrichmentStore
 from .._core.toolsets import ToolSet
+from .._core.vectors import INT8_FROM
 from .._judge.enrich import enrich_tools
 from .._stores.embedding_cache import embed_with_cache
 from .catalog_changes import dedupe_catalog, served, updated_catalog
@@ -162,11 +163,20 @@ class CatalogKeeper:
                     self._embeddings,
                     limiter=self._cpu,
                 )
-            return new.with_vectors(embedder, rows)
+            return await self._indexed(new, embedder, rows)
         except Exception as exc:  # the new catalogue is served keyword-only
             reason = brief(exc)
             self._publish(FailOpen(operation="update", what_failed="embedder", reason=reason))
             return new.without_vectors(f"embedder failed while indexing: {reason}")
+
+    async def _indexed(
+        self, index: ToolIndex, embedder: Embedder, vectors: npt.NDArray[np.float32]
+    ) -> ToolIndex:
+        """``index.with_vectors``; for a large catalogue in a worker thread: quantising it and
+        loading the int8 kernel take a fraction of a second, not for the event loop."""
+        if len(index.catalog) < INT8_FROM:
+            return index.with_vectors(embedder, vectors)
+        return await self._workers.run(index.with_vectors, embedder, vectors, limiter=self._cpu)
 
     async def _enrich(self) -> None:
         """Add the generator's phrasings to the recall text (``config.enrichment``); tools
@@ -236,7 +246,7 @@ class CatalogKeeper:
                 # An update during warm-up brought its own vectors: these are stale then.
                 current = self.snapshot
                 if current.index.catalog is catalog and current.index.vectors is None:
-                    index = current.index.with_vectors(embedder, vectors)
+                    index = await self._indexed(current.index, embedder, vectors)
                     self.snapshot = current.with_index(index, self._tool_sets)
             degraded, reason = False, ""
         except Exception as exc:  # warm-up failure leaves the engine keyword-only

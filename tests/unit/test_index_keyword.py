@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolroute import Catalog, ConfigError, Outcome, Ranking, Selection, ToolIndex
 from toolroute._core.index import RecallIndex
 from toolroute._core.text import embedding_text
+from toolroute._core.vectors import numpy_int8_product
 from toolroute.providers import Embedder, HashingEmbedder
 from toolroute.testing import ScriptedEmbedder
 
@@ -529,3 +532,89 @@ def test_query_vectors_are_checked_by_the_public_call() -> None:
     with pytest.raises(ValueError, match="NaN"):
         index.query_vectors(["weather"])
     assert index.query_vectors(["weather"]).shape == (1, 32)
+
+
+# -- int8 scoring of large catalogues, forced on small ones (int8_from) --------------------------
+
+WORDS = ["send", "email", "file", "read", "weather", "city", "search", "web", "event", "list"]
+
+
+@st.composite
+def word_catalogues(draw: st.DrawFn) -> Catalog:
+    """Catalogues whose texts share a small vocabulary: keyword evidence and near-ties."""
+    count = draw(st.integers(1, 90))
+    tools = []
+    for i in range(count):
+        words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6))
+        tools.append({"name": f"tool_{i}_{words[0]}", "description": " ".join(words)})
+    return Catalog.from_plain(tools)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    catalog=word_catalogues(),
+    query=st.lists(st.sampled_from([*WORDS, "unknown"]), min_size=1, max_size=5).map(" ".join),
+    strategy=st.sampled_from(["semantic", "combined"]),
+    k=st.integers(1, 12),
+)
+def test_int8_recall_ranks_as_fp32(catalog: Catalog, query: str, strategy: str, k: int) -> None:
+    embedder = HashingEmbedder(dim=64)
+    fp32 = RecallIndex(catalog, embedder=embedder)
+    int8 = RecallIndex(catalog, embedder=embedder, int8_product=numpy_int8_product, int8_from=0)
+    assert int8.int8 is not None
+    assert fp32.int8 is None
+    int8.int8.rescore_factor, int8.int8.rescore_min = 1, 2  # the error bound decides
+    got = int8.search(query, k, strategy=strategy)  # type: ignore[arg-type]
+    want = fp32.search(query, k, strategy=strategy)  # type: ignore[arg-type]
+    np.testing.assert_allclose(got.scores, want.scores, rtol=0, atol=1e-5)
+    assert got.baseline == pytest.approx(want.baseline, abs=1e-5)
+    assert (got.strategy, got.outcome) == (want.strategy, want.outcome)
+    if len(set(want.scores)) == len(want.scores):  # no ties: the very same tools
+        assert got.tool_ids == want.tool_ids
+
+
+def test_tool_index_scores_from_onnx_int8_from_its_threshold() -> None:
+    index = ToolIndex(CATALOG, embedder=HashingEmbedder(dim=64), cache=None, int8_from=0)
+    assert index.int8 is not None
+    assert hashing_index().int8 is None  # below INT8_FROM: fp32
+    fp32 = ToolIndex(CATALOG, embedder=HashingEmbedder(dim=64), cache=None, int8_product=None)
+    for query in ["send an email", "weather in a city", "files in a directory"]:
+        assert index.select(query).tool_ids == fp32.select(query).tool_ids
+    assert index.int8.failures == 0
+
+
+def test_warm_up_copy_builds_the_int8_index_too() -> None:
+    keyword_only = ToolIndex(CATALOG, embedder=None, cache=None, int8_from=0)
+    embedder = HashingEmbedder(dim=64)
+    warmed = keyword_only.with_vectors(embedder, embedder.embed(keyword_only.embedding_texts()))
+    assert warmed.int8 is not None
+    assert warmed.without_vectors("gone").int8 is None
+
+
+def _crashing_product(rows: npt.NDArray[np.int8]) -> Callable[[object], npt.NDArray[np.int32]]:
+    def product(query: object) -> npt.NDArray[np.int32]:
+        raise RuntimeError("int8 kernel crashed")
+
+    return product
+
+
+def _unavailable_product(rows: npt.NDArray[np.int8]) -> Callable[[object], npt.NDArray[np.int32]]:
+    raise ImportError("no onnxruntime")
+
+
+@pytest.mark.parametrize("factory", [_crashing_product, _unavailable_product])
+@pytest.mark.parametrize("strategy", ["semantic", "combined"])
+def test_int8_failure_falls_back_to_fp32_and_never_raises(
+    factory: Callable[..., object], strategy: str
+) -> None:
+    embedder = HashingEmbedder(dim=64)
+    fp32 = RecallIndex(CATALOG, embedder=embedder)
+    failing = RecallIndex(CATALOG, embedder=embedder, int8_product=factory, int8_from=0)  # type: ignore[arg-type]
+    for query in ["send an email", "weather in a city", "read a file from disk"]:
+        got = failing.select(query, strategy=strategy)  # type: ignore[arg-type]
+        want = fp32.select(query, strategy=strategy)  # type: ignore[arg-type]
+        assert got.tool_ids == want.tool_ids
+        assert got.outcome is Outcome.APPLIED
+    if failing.int8 is not None:
+        assert failing.int8.failures == 3
+        assert "int8 kernel crashed" in failing.int8.last_failure

@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from toolroute._core.fusion import fuse
 from toolroute._core.vectors import (
     RESCORE_MIN,
     Int8Index,
     VectorIndex,
+    int8_index,
     numpy_int8_product,
+    quantize_query,
+    quantize_rows,
     top_k,
 )
 from toolroute.providers._int8_product import onnx_int8_product
@@ -278,3 +282,121 @@ def test_int8_top_5_agrees_with_fp32_on_a_seeded_large_catalogue() -> None:
     asked /= np.linalg.norm(asked, axis=1, keepdims=True)
     same = sum(list(index.top_k(q, 5)[0]) == list(top_k(exact.scores(q), 5)) for q in asked)
     assert same / queries >= 0.995
+
+
+# -- Int8Index.ranked: fused scores, the error bound, baseline, fail-open -----------------------
+
+
+def _bonus_terms(coverage: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``fuse``'s keyword terms, computed as ``RecallIndex`` passes them."""
+    return (np.float32(0.4) * coverage * coverage, np.float32(0.1) * names * names)
+
+
+def _assert_same_ranking(
+    picked: np.ndarray, scores: np.ndarray, reference: np.ndarray, k: int
+) -> None:
+    """``(picked, scores)`` is fp32's top k of ``reference``: the same scores rank by rank
+    (up to the last bits BLAS rounds differently) and each pick's own fp32 score."""
+    expected = top_k(reference, k)
+    np.testing.assert_allclose(scores, reference[expected], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(scores, reference[picked], rtol=0, atol=1e-5)
+    assert len(set(picked.tolist())) == len(picked)
+
+
+@settings(max_examples=150, deadline=None)
+@given(matrix=int8_matrices, data=st.data(), k=st.integers(0, 12), pool=st.integers(1, 64))
+def test_int8_fused_ranking_is_fp32_fuse_top_k(
+    matrix: np.ndarray, data: st.DataObject, k: int, pool: int
+) -> None:
+    exact = VectorIndex(matrix)
+    n, dim = matrix.shape
+    query = data.draw(hnp.arrays(np.float32, dim, elements=st.floats(-1, 1, width=32)))
+    query = _unit(query).astype(np.float32)
+    coverage, names = (
+        data.draw(hnp.arrays(np.float32, n, elements=st.sampled_from([0.0, 0.25, 0.5, 1.0])))
+        for _ in range(2)
+    )
+    index = Int8Index(exact)
+    # Small candidate pools make the error bound decide which rows to re-score.
+    index.rescore_factor, index.rescore_min = 1, pool
+    terms = _bonus_terms(coverage, names)
+    picked, scores = index.ranked(query, k, terms)
+    reference = fuse(exact.scores(query), coverage, names)
+    _assert_same_ranking(picked, scores, reference, k)
+    assert index.baseline(query, terms) == pytest.approx(float(reference.mean()), abs=1e-5)
+
+
+def _crowded(tools: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tools all within int8 rounding of each other: candidates alone cannot decide."""
+    rng = np.random.default_rng(seed)
+    centre = rng.normal(size=dim).astype(np.float32)
+    matrix = centre + 0.004 * rng.normal(size=(tools, dim)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = centre + 0.5 * rng.normal(size=dim).astype(np.float32)
+    return matrix, (query / np.linalg.norm(query)).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_int8_crowded_catalogue_rescores_what_the_bound_cannot_rule_out(seed: int) -> None:
+    matrix, query = _crowded(3_000, 64, seed)
+    exact = VectorIndex(matrix)
+    index = Int8Index(exact)
+    picked, scores = index.ranked(query, 5)
+    reference = exact.scores(query)
+    assert picked.tolist() == top_k(reference, 5).tolist()
+    _assert_same_ranking(picked, scores, reference, 5)
+    # The bound is needed here: the int8 candidates alone miss part of fp32's top 5.
+    quantized, _ = quantize_query(query)
+    rough = index.scales * numpy_int8_product(index.rows)(quantized)
+    rough_pool = set(top_k(rough.astype(np.float32), RESCORE_MIN).tolist())
+    assert not set(picked.tolist()) <= rough_pool
+
+
+@pytest.mark.parametrize("bonus", [False, True])
+@pytest.mark.parametrize(
+    "product",
+    [
+        lambda query: (_ for _ in ()).throw(RuntimeError("kernel crashed")),
+        lambda query: np.zeros(3, np.int32),  # the wrong number of scores
+    ],
+)
+def test_int8_product_failure_scores_exactly(product: object, bonus: bool) -> None:
+    matrix, query = _crowded(500, 32, 3)
+    matrix[7] = np.nan
+    exact = VectorIndex(matrix)
+    index = Int8Index(exact, product)  # type: ignore[arg-type]
+    coverage = np.linspace(0, 1, 500, dtype=np.float32)
+    terms = _bonus_terms(coverage, coverage[::-1].copy()) if bonus else None
+    picked, scores = index.ranked(query, 5, terms)
+    cosine = exact.scores(query)
+    reference = fuse(cosine, coverage, coverage[::-1].copy()) if bonus else cosine
+    assert picked.tolist() == top_k(reference, 5).tolist()
+    np.testing.assert_allclose(scores, reference[picked], atol=1e-6)
+    assert index.failures == 1
+    assert index.last_failure
+
+
+def test_int8_index_is_built_only_from_the_threshold_and_with_a_working_factory() -> None:
+    matrix, _ = _crowded(100, 16, 0)
+    exact = VectorIndex(matrix)
+    assert int8_index(exact, numpy_int8_product, 101) is None
+    assert int8_index(exact, None, 0) is None
+    built = int8_index(exact, numpy_int8_product, 100)
+    assert built is not None
+    assert len(built) == 100
+    np.testing.assert_array_equal(built.rows, quantize_rows(exact.matrix)[0])
+
+    def unavailable(rows: np.ndarray) -> object:
+        raise ImportError("no onnxruntime here")
+
+    assert int8_index(exact, unavailable, 0) is None  # type: ignore[arg-type]
+    assert int8_index(VectorIndex(np.zeros((0, 4), np.float32)), numpy_int8_product, 0) is None
+
+
+def test_int8_semantic_baseline_is_the_mean_valid_cosine() -> None:
+    matrix, query = _crowded(300, 16, 1)
+    matrix[[3, 9]] = 0.0
+    exact = VectorIndex(matrix)
+    cosine = exact.scores(query)
+    expected = float(cosine[np.isfinite(cosine)].mean())
+    assert Int8Index(exact).baseline(query) == pytest.approx(expected, abs=1e-6)

@@ -190,6 +190,9 @@ class Recall:
         """The ``k`` best tools of ``index`` for ``query``; keyword-only (``degraded``, with
         the reason) while ``warming``, when the index has no vectors, or when the request's
         embedding fails or misses its deadline."""
+        # A checkpoint even when nothing below awaits (keyword-only on a small catalogue):
+        # the caller's cancel scope can end the call, and a loop of selects lets others run.
+        await trio.lowlevel.checkpoint()
         chosen = strategy or self.default_strategy
         vector: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")

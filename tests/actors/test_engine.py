@@ -398,3 +398,18 @@ async def test_steps_of_one_session_apply_in_arrival_order(
             nursery.start_soon(other, [{"role": "user", "content": "x"}])
     assert most["s"] == 1  # one step of a session at a time
     assert [t for t in order if t != "x"] == ["one", "two", "three"]
+
+
+async def test_keyword_select_and_step_are_checkpoints() -> None:
+    # Nothing in a keyword-only selection on a small catalogue awaits; the call must still
+    # honour the caller's cancel scope and let other tasks run between calls.
+    catalog = Catalog.from_plain([{"name": "get_weather", "description": "Weather in a city"}])
+    async with open_engine(catalog, embedder=None, config=EngineConfig(cache=False)) as engine:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await engine.select("weather in Oslo")
+        assert scope.cancelled_caught
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await engine.prepare_step("weather in Oslo", session="s")
+        assert scope.cancelled_caught

@@ -40,6 +40,7 @@ from ._routing.pipeline import routing_query as routing_query
 from ._runtime.engine import Engine as Engine
 from ._runtime.engine import StepSelection as StepSelection
 from ._runtime.engine import open_engine as open_engine
+from ._runtime.recall import RecallStatistics as RecallStatistics
 from ._runtime.stateless import decide as decide
 from ._runtime.stateless import try_decide as try_decide
 from ._runtime.tool_index import ToolIndex as ToolIndex
@@ -64,6 +65,7 @@ __all__ = [
     "ProviderError",
     "Query",
     "Ranking",
+    "RecallStatistics",
     "RoutingConfig",
     "RoutingOutcome",
     "Selection",

@@ -40,6 +40,7 @@ PUBLIC = {
     "RoutingOutcome",
     "Selection",
     "Server",
+    "RecallStatistics",
     "StepSelection",
     "Tool",
     "ToolIndex",

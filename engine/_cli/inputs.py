@@ -12,8 +12,8 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
+from .._core import files
 from .._core.catalog import Catalog
 from .._core.errors import CatalogError, ConfigError
 from .._core.evaluate import Query, queries_from_data
@@ -28,24 +28,7 @@ def read_json(path: str | os.PathLike[str], what: str) -> object:
     Raises:
         ConfigError: the file cannot be read, is not UTF-8, or is not JSON.
     """
-    where = os.fspath(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {what} file {where!r}: {exc.strerror or exc}") from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} file {where!r} is not UTF-8: {exc.reason}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{what} file {where!r} is not valid JSON: {exc.msg} "
-            f"at line {exc.lineno}, column {exc.colno}"
-        ) from exc
-    except RecursionError:  # arrays nested thousands deep: not a tool list by any reading
-        raise ConfigError(f"{what} file {where!r} is not valid JSON: nested too deeply") from None
+    return files.read_json(path, what=f"{what} file", error=ConfigError)
 
 
 def read_catalog(path: str | os.PathLike[str], format: str | None) -> Catalog:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from toolroute import Catalog, EmbeddingCache, ToolIndex, evaluate, load_queries
+from toolroute._bench.datasets import peak_rss_mb, random_unit, synthetic_catalog
 from toolroute._core.text import embedding_text, tokenize, tool_text
 from toolroute.providers import default_embedder
 
@@ -36,17 +36,6 @@ DATASETS = {
     "toolpick-saas": "keyword_queries.json",
 }
 STRATEGIES = ("keyword", "semantic", "combined")
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (VmHWM: unlike ru_maxrss, not inherited over exec)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 class MemoEmbedder:
@@ -133,32 +122,6 @@ def must_not_lose(results: dict[str, Any]) -> list[str]:
                 f"| {'yes' if ok else 'NO'} |"
             )
     return lines
-
-
-def synthetic_catalog(root: Path, size: int, seed: int = 0) -> Catalog:
-    """A catalogue of ``size`` tools recombined from the bundled real tool definitions."""
-    pool: list[dict[str, Any]] = []
-    for name in ("bfcl", "livemcpbench", "metatool"):
-        pool.extend(json.loads((root / name / "tools.json").read_text("utf-8")))
-    rng = random.Random(seed)
-    tools = []
-    for i in range(size):
-        base = rng.choice(pool)
-        tools.append(
-            {
-                "name": f"{base['name']}_{i}",
-                "description": base.get("description", ""),
-                "parameters": base.get("parameters") or {},
-                "server": f"server{i % max(1, size // 20)}",
-            }
-        )
-    return Catalog.from_plain(tools)
-
-
-def random_unit(n: int, dim: int, seed: int) -> np.ndarray:
-    vectors = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors
 
 
 def scale_run(root: Path, cache_dir: Path, sizes: list[int]) -> list[dict[str, Any]]:

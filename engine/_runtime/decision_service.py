@@ -43,11 +43,18 @@ class DecisionService:
         if entry is not None and entry[0]() is decider:
             return entry[1]
         limiter = trio.CapacityLimiter(self._concurrency)
+
+        def forget(_: object) -> None:
+            self._limiters.pop(key, None)
+
+        def kept() -> object:
+            return decider
+
         held: Callable[[], object]
         try:
-            held = weakref.ref(decider, lambda _, key=key: self._limiters.pop(key, None))
+            held = weakref.ref(decider, forget)
         except TypeError:  # not weakly referenceable: keep it, as its limit must be kept
-            held = lambda decider=decider: decider  # noqa: E731
+            held = kept
         self._limiters[key] = (held, limiter)
         return limiter
 

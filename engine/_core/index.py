@@ -226,17 +226,9 @@ class RecallIndex:
         """
         assert self.embedder is not None
         assert self.vectors is not None
-        vectors = checked_vectors(self.embedder.embed(list(queries)), len(queries))
-        if vectors.shape[1] != self.vectors.dim:
-            raise ValueError(
-                f"embedder returned vectors of width {vectors.shape[1]}, "
-                f"the tool vectors have width {self.vectors.dim}"
-            )
-        if not np.isfinite(vectors).all():
-            raise ValueError("embedder returned NaN or infinite values")
-        if not np.abs(vectors).sum(axis=1).all():
-            raise ValueError("embedder returned a zero vector (no evidence) for the query")
-        return vectors
+        return checked_query_vectors(
+            self.embedder.embed(list(queries)), len(queries), self.vectors.dim
+        )
 
     def rank(
         self,
@@ -428,6 +420,21 @@ def checked_vectors(vectors: object, count: int) -> npt.NDArray[np.float32]:
     array = np.asarray(vectors, dtype=np.float32)
     if array.ndim != 2 or array.shape[0] != count:
         raise ValueError(f"embedder returned shape {array.shape}, expected ({count}, dim)")
+    return array
+
+
+def checked_query_vectors(vectors: object, count: int, dim: int) -> npt.NDArray[np.float32]:
+    """Request vectors as a float32 matrix: ``count`` rows of width ``dim``, finite and
+    non-zero, or ``ValueError`` saying which check failed."""
+    array = checked_vectors(vectors, count)
+    if array.shape[1] != dim:
+        raise ValueError(
+            f"embedder returned vectors of width {array.shape[1]}, the tool vectors have width {dim}"
+        )
+    if not np.isfinite(array).all():
+        raise ValueError("embedder returned NaN or infinite values")
+    if not np.abs(array).sum(axis=1).all():
+        raise ValueError("embedder returned a zero vector (no evidence) for the query")
     return array
 
 

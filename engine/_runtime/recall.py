@@ -26,7 +26,7 @@ import numpy.typing as npt
 import trio
 
 from .._core.events import Event, FailOpen
-from .._core.index import Strategy, brief
+from .._core.index import Strategy, brief, checked_query_vectors
 from .._core.outcome import Outcome
 from .._core.selection import Ranking
 from .batcher import QueryBatcher
@@ -62,19 +62,7 @@ def query_vectors(embedder: _Embeds, queries: Sequence[str], dim: int) -> Vector
         ValueError: the embedder answered something else (the request degrades).
         Exception: whatever the embedder raised.
     """
-    vectors = np.asarray(embedder.embed(list(queries)), dtype=np.float32)
-    if vectors.ndim != 2 or vectors.shape[0] != len(queries):
-        raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(queries)}, dim)")
-    if vectors.shape[1] != dim:
-        raise ValueError(
-            f"embedder returned vectors of width {vectors.shape[1]}, "
-            f"the tool vectors have width {dim}"
-        )
-    if not np.isfinite(vectors).all():
-        raise ValueError("embedder returned NaN or infinite values")
-    if not np.abs(vectors).sum(axis=1).all():
-        raise ValueError("embedder returned a zero vector (no evidence) for the query")
-    return vectors
+    return checked_query_vectors(embedder.embed(list(queries)), len(queries), dim)
 
 
 @attrs.frozen(kw_only=True)

@@ -37,7 +37,7 @@ from .._core.decision_limits import DecisionLimits, check_request
 from .._core.decision_wire import Misaligned, read_answers, read_usage
 from .._core.errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
 from .._core.media import PreparedMedia, prepare_media
-from ._http import AsyncJsonClient, Reply
+from ._http import Reply
 from ._loop import LoopOptions, ProviderLoop
 from ._rules import RETRYABLE_STATUSES, RetryPolicy
 
@@ -148,18 +148,15 @@ class HttpDecider:
             raise ConfigError(f"{self.vendor} needs base_url (no public default endpoint)")
         self.model = model or self.default_model
         self._timeout_s = options.get("timeout_s")
-        self._client = AsyncJsonClient(
+        self._loop = ProviderLoop.connect(
             self._normalise_base_url(url),
-            headers=self._headers(),
-            secrets=[self._api_key],
-            transport=options.get("transport"),
-        )
-        self._loop = ProviderLoop(
-            self._client,
             self,
-            retry=options.get("retry", DECISION_RETRY),
-            rng=options.get("rng"),
+            headers=self._headers(),
+            secret=self._api_key,
+            options=options,
+            retry=DECISION_RETRY,
         )
+        self._client = self._loop.client
 
     # -- codec hooks -------------------------------------------------------
 

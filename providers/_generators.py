@@ -22,7 +22,7 @@ import trio
 from .._core.errors import ConfigError, ProviderError
 from .._core.json_text import extract_json
 from ._decision_loop import envelope_message
-from ._http import AsyncJsonClient, Reply
+from ._http import Reply
 from ._loop import LoopOptions, ProviderLoop
 from ._rules import RetryPolicy, is_retryable_status
 
@@ -63,18 +63,15 @@ class _JsonGenerator:
         self.model = model
         self._api_key = (api_key or "").strip()
         self._timeout_s = float(timeout_s)
-        self._client = AsyncJsonClient(
+        self._loop = ProviderLoop.connect(
             base_url,
-            headers=self._headers(),
-            secrets=[self._api_key],
-            transport=options.get("transport"),
-        )
-        self._loop = ProviderLoop(
-            self._client,
             self,
-            retry=options.get("retry", GENERATOR_RETRY),
-            rng=options.get("rng"),
+            headers=self._headers(),
+            secret=self._api_key,
+            options=options,
+            retry=GENERATOR_RETRY,
         )
+        self._client = self._loop.client
         self.identity = f"{self.scheme}:{model}@{urlsplit(self._client.base_url).netloc}"
 
     def _headers(self) -> dict[str, str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, TypedDict
 
 import trio
@@ -102,6 +102,24 @@ class ProviderLoop:
         self._rng = rng or random.random
         #: The refusal that latched this provider shut, if one did.
         self._latch: ProviderError | None = None
+
+    @classmethod
+    def connect(
+        cls,
+        base_url: str,
+        codec: LoopCodec,
+        *,
+        headers: Mapping[str, str],
+        secret: str,
+        options: LoopOptions,
+        retry: RetryPolicy,
+    ) -> ProviderLoop:
+        """A loop over a new client for ``base_url``: what every remote provider builds,
+        with the caller's ``options`` (``retry`` when they name none)."""
+        client = AsyncJsonClient(
+            base_url, headers=headers, secrets=[secret], transport=options.get("transport")
+        )
+        return cls(client, codec, retry=options.get("retry", retry), rng=options.get("rng"))
 
     def check_latch(self) -> None:
         """Refuse locally once an earlier reply tripped the latch.

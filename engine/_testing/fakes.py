@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -140,6 +141,35 @@ def inline_cpu(embedder: ScriptedEmbedder | None = None) -> RunCpu:
     return run_cpu
 
 
+class _Paced(Protocol):
+    in_flight: int
+    peak: int
+
+    @property
+    def hang(self) -> bool: ...
+    @property
+    def delay(self) -> float: ...
+    @property
+    def error(self) -> BaseException | None: ...
+
+
+@asynccontextmanager
+async def _scripted_call(fake: _Paced) -> AsyncIterator[None]:
+    """One call of a scripted fake: counted while in flight, paced by ``hang`` and ``delay``,
+    failed by ``error``."""
+    fake.in_flight += 1
+    fake.peak = max(fake.peak, fake.in_flight)
+    try:
+        if fake.hang:
+            await trio.sleep_forever()
+        await trio.sleep(fake.delay)
+        if fake.error is not None:
+            raise fake.error
+        yield
+    finally:
+        fake.in_flight -= 1
+
+
 class ScriptedDecider:
     """A ``Decider`` with scripted answers, latency and failures; it records every request.
 
@@ -196,14 +226,7 @@ class ScriptedDecider:
         **Cancellation:** ``delay`` and ``hang`` are trio sleeps; cancelling them is safe.
         """
         self.requests.append(request)
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        try:
-            if self.hang:
-                await trio.sleep_forever()
-            await trio.sleep(self.delay)
-            if self.error is not None:
-                raise self.error
+        async with _scripted_call(self):
             script = self.answers(request) if callable(self.answers) else (self.answers or {})
             answers: dict[str, Answer] = {}
             for key, question in request.questions.items():
@@ -217,8 +240,6 @@ class ScriptedDecider:
                 )
             answers |= {k: a for k, a in self.unasked.items() if k not in request.questions}
             return DecisionResult(model=f"{self.name}-1", provider=self.name, answers=answers)
-        finally:
-            self.in_flight -= 1
 
 
 class ScriptedGenerator:
@@ -268,17 +289,8 @@ class ScriptedGenerator:
         """
         self.prompts.append(prompt)
         self.schemas.append(schema)
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        try:
-            if self.hang:
-                await trio.sleep_forever()
-            await trio.sleep(self.delay)
-            if self.error is not None:
-                raise self.error
+        async with _scripted_call(self):
             answer = self.answer(prompt, schema) if callable(self.answer) else self.answer
-        finally:
-            self.in_flight -= 1
         if isinstance(answer, BaseException):
             raise answer
         return answer

@@ -285,29 +285,46 @@ def _check_scorable(queries: Sequence[object], args: argparse.Namespace) -> None
         )
 
 
-def _progress_printer() -> Progress:
+def _progress_printer(stream: TextIO | None = None) -> Progress:
+    """Embedding progress on ``stream`` (stderr): one line redrawn in place on a terminal.
+
+    A log or a pipe cannot redraw, and a carriage return there leaves one unterminated line, so
+    off a terminal each tenth of the way is printed as a whole line of its own.
+    """
+    out = sys.stderr if stream is None else stream
+    redraw = out.isatty()
+    printed = -1  # the last tenth printed as a line
+
     def report(done: int, total: int) -> None:
+        nonlocal printed
         if total == 0:
             return
-        end = "\n" if done >= total else ""
-        print(f"\rembedding tools: {done}/{total}", end=end, file=sys.stderr, flush=True)
+        if redraw:
+            end = "\n" if done >= total else ""
+            print(f"\rembedding tools: {done}/{total}", end=end, file=out, flush=True)
+            return
+        tenth = min(done * 10 // total, 10)
+        if tenth > printed:
+            printed = tenth
+            print(f"embedding tools: {done}/{total}", file=out, flush=True)
 
     return report
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    catalog = Catalog.demo()
     data = resources.files("toolroute") / "data"
-    catalog = Catalog.from_data(json.loads((data / "demo_catalog.json").read_text("utf-8")))
     requests = json.loads((data / "demo_requests.json").read_text("utf-8"))
     print(
         f"Demo catalogue: {len(catalog)} tools on {len(catalog.servers)} servers "
         f"({', '.join(s.id for s in catalog.servers)})"
     )
     embedded = []
+    printer = _progress_printer()
 
     def progress(done: int, total: int) -> None:
         embedded.append(total)
-        _progress_printer()(done, total)
+        printer(done, total)
 
     index = _build(args, catalog, progress)
     fresh = embedded[0] if embedded else 0
@@ -337,11 +354,7 @@ def _run_route(args: argparse.Namespace) -> int:
     from .._routing.pipeline import RoutingConfig, route_servers
     from ..providers import default_decider
 
-    if args.tools:
-        catalog = read_catalog(args.tools, args.format)
-    else:
-        data = resources.files("toolroute") / "data" / "demo_catalog.json"
-        catalog = Catalog.from_data(json.loads(data.read_text("utf-8")))
+    catalog = read_catalog(args.tools, args.format) if args.tools else Catalog.demo()
     decider = default_decider(args.provider)
     config = RoutingConfig(deadline_s=args.deadline, decision_deadline_s=args.deadline)
     if not args.json:

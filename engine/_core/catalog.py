@@ -14,13 +14,18 @@ from .tool import Server as Server
 from .tool import Tool as Tool
 from .tool import id_tuple as id_tuple
 
+#: The catalogue ``toolroute demo`` routes over, shipped as package data beside the code, so
+#: the first example works without a tool file of one's own.
+DEMO_CATALOG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "demo_catalog.json")
+
 
 @attrs.frozen(init=False)
 class Catalog:
     """An ordered, immutable set of tools with unique ids.
 
     Build one with a reader (``from_file``, ``from_openai``, ``from_anthropic``,
-    ``from_gemini``, ``from_mcp``, ``from_plain``) or directly from ``Tool`` objects.
+    ``from_gemini``, ``from_mcp``, ``from_plain``) or directly from ``Tool`` objects;
+    ``Catalog.demo()`` is the bundled demo catalogue.
 
     Raises:
         CatalogError: two tools share an id.
@@ -137,6 +142,21 @@ class Catalog:
     def from_plain(cls, tools: object) -> Catalog:
         """``[{name, description, parameters, server?}]`` or ``{name: {description, ...}}``."""
         return cls.from_data(tools, format="plain")
+
+    @classmethod
+    def demo(cls) -> Catalog:
+        """The bundled demo catalogue: 50 tools on 8 MCP servers.
+
+        The servers are ``github``, ``slack``, ``gmail``, ``calendar``, ``filesystem``,
+        ``postgres``, ``web`` and ``weather``, read from the ``mcp-servers`` file that
+        ``toolroute demo`` routes over; a tool whose name occurs on two servers gets the id
+        ``f"{server}__{name}"`` (``gmail__search``, ``web__search``). Each call reads the file
+        again and returns an equal catalogue.
+
+        Raises:
+            CatalogError: the installed package lacks its data file (a broken install).
+        """
+        return cls.from_file(DEMO_CATALOG, format="mcp-servers")
 
     @classmethod
     def _built(cls, read: readers.ReadTools) -> Catalog:

@@ -239,6 +239,7 @@ def test_reader_entry_points_exist() -> None:
         "from_mcp_servers",
         "from_plain",
         "from_data",
+        "demo",
     ):
         assert callable(getattr(toolroute.Catalog, name))
 

@@ -42,9 +42,8 @@ def private_names() -> set[str]:
         root = Path(package.__file__).parent
         for path in root.rglob("_*"):
             name = path.stem if path.suffix == ".py" else path.name
-            if path.is_dir() or path.suffix == ".py":
-                if not name.startswith("__"):
-                    names.add(name)
+            if (path.is_dir() or path.suffix == ".py") and not name.startswith("__"):
+                names.add(name)
     return names
 
 

@@ -1,16 +1,20 @@
 """toolroute: decide, on every step of an LLM agent, which tools the model should see.
 
 The everyday names live here; ``toolroute.config`` holds every config section,
-``toolroute.events`` the events, ``toolroute.decisions`` the decision API's types and readers,
+``toolroute.events`` the events, ``toolroute.evaluate`` the evaluation helpers, ``toolroute.decisions`` the decision API's types and readers,
 ``toolroute.testing`` scripted fakes, ``toolroute.asyncio`` the engine for asyncio hosts and
 ``toolroute.providers`` everything that talks to a model.
 """
+
+from importlib.metadata import version as _version
 
 from ._core.catalog import Catalog as Catalog
 from ._core.catalog import Server as Server
 from ._core.catalog import Tool as Tool
 from ._core.config import EngineConfig as EngineConfig
+from ._core.conversation import Messages as Messages
 from ._core.dedup import DedupResult as DedupResult
+from ._core.dedup import Removed as Removed
 from ._core.dedup import dedupe_tools as dedupe_tools
 from ._core.errors import CatalogError as CatalogError
 from ._core.errors import ConfigError as ConfigError
@@ -20,10 +24,6 @@ from ._core.errors import EngineCrashed as EngineCrashed
 from ._core.errors import ModelIntegrityError as ModelIntegrityError
 from ._core.errors import ProviderError as ProviderError
 from ._core.errors import ToolrouteError as ToolrouteError
-from ._core.evaluate import Query as Query
-from ._core.evaluate import evaluate as evaluate
-from ._core.evaluate import load_queries as load_queries
-from ._core.evaluate import split_of as split_of
 from ._core.outcome import Outcome as Outcome
 from ._core.policy import Policy as Policy
 from ._core.public import publish as _publish
@@ -31,23 +31,23 @@ from ._core.routing_config import RoutingConfig as RoutingConfig
 from ._core.search_tool import search_tools_definition as search_tools_definition
 from ._core.selection import Ranking as Ranking
 from ._core.selection import Selection as Selection
-from ._core.text import tokenize as tokenize
 from ._core.toolsets import ToolSet as ToolSet
 from ._core.toolsets import system_prompts as system_prompts
 from ._routing.pipeline import RoutingOutcome as RoutingOutcome
 from ._routing.pipeline import route_servers as route_servers
-from ._routing.pipeline import routing_query as routing_query
 from ._runtime.engine import Engine as Engine
 from ._runtime.engine import StepSelection as StepSelection
 from ._runtime.engine import open_engine as open_engine
 from ._runtime.recall import RecallStatistics as RecallStatistics
+from ._runtime.selector import FROM_CONFIG as FROM_CONFIG
+from ._runtime.selector import FromConfig as FromConfig
 from ._runtime.stateless import decide as decide
 from ._runtime.stateless import try_decide as try_decide
 from ._runtime.tool_index import ToolIndex as ToolIndex
 from ._stores.embedding_cache import CacheWarning as CacheWarning
-from ._stores.embedding_cache import EmbeddingCache as EmbeddingCache
 
 __all__ = [
+    "FROM_CONFIG",
     "CacheWarning",
     "Catalog",
     "CatalogError",
@@ -55,17 +55,18 @@ __all__ = [
     "DecisionError",
     "DedupResult",
     "EmbedderError",
-    "EmbeddingCache",
     "Engine",
     "EngineConfig",
     "EngineCrashed",
+    "FromConfig",
+    "Messages",
     "ModelIntegrityError",
     "Outcome",
     "Policy",
     "ProviderError",
-    "Query",
     "Ranking",
     "RecallStatistics",
+    "Removed",
     "RoutingConfig",
     "RoutingOutcome",
     "Selection",
@@ -77,16 +78,14 @@ __all__ = [
     "ToolrouteError",
     "decide",
     "dedupe_tools",
-    "evaluate",
-    "load_queries",
     "open_engine",
     "route_servers",
-    "routing_query",
     "search_tools_definition",
-    "split_of",
     "system_prompts",
-    "tokenize",
     "try_decide",
 ]
+
+#: The installed distribution's version (``toolroute --version`` prints it).
+__version__: str = _version("toolroute")
 
 _publish(__name__, globals())

@@ -26,6 +26,7 @@ from ._core.decision import read_boolean as read_boolean
 from ._core.decision import read_choice as read_choice
 from ._core.decision import read_score as read_score
 from ._core.decision_limits import DecisionLimits as DecisionLimits
+from ._core.decision_limits import ModelLimits as ModelLimits
 from ._core.decision_limits import MediaLimits as MediaLimits
 from ._core.decision_limits import estimate_state_tokens as estimate_state_tokens
 from ._core.errors import DecisionError as DecisionError
@@ -47,6 +48,7 @@ __all__ = [
     "DecisionRequest",
     "DecisionResult",
     "MediaLimits",
+    "ModelLimits",
     "ScoreAnswer",
     "ScoreQuestion",
     "Usage",

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TextIO
 
 import attrs
 
+from .. import __version__
 from .._core.catalog import Catalog
 from .._core.errors import ConfigError, ToolrouteError
 from .._core.evaluate import evaluate
@@ -83,6 +84,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="toolroute", description="Choose the few tools an LLM agent should see.")
+    parser.add_argument("--version", action="version", version=f"toolroute {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     select = commands.add_parser("select", help="pick tools for one or more requests")

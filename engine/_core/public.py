@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+
+_T = TypeVar("_T")
 
 
 def publish(module: str, namespace: Mapping[str, Any]) -> None:
@@ -71,3 +73,21 @@ def _members(cls: type, home: str) -> Iterable[Any]:
         function = getattr(member, "__func__", member)  # classmethod / staticmethod
         if callable(function) and getattr(function, "__module__", None) == home:
             yield function
+
+
+class NoPublicConstructor(type):
+    """Metaclass of a class only the library creates (``Engine``: ``open_engine`` owns it).
+
+    Calling the class raises ``TypeError`` naming the way in (the class's ``_way_in``); the
+    library calls ``_create``.
+    """
+
+    def __call__(cls, *args: object, **kwargs: object) -> Any:
+        raise TypeError(
+            f"{cls.__module__}.{cls.__qualname__} cannot be constructed by hand;"
+            f" use {getattr(cls, '_way_in', 'the function that returns it')}"
+        )
+
+    def _create(cls: type[_T], *args: object, **kwargs: object) -> _T:
+        instance: _T = super().__call__(*args, **kwargs)  # type: ignore[misc]
+        return instance

@@ -244,7 +244,7 @@ def _assemble(
         publish=hub.publish,
         key=key,
     )
-    engine = Engine(
+    engine = Engine._create(
         config=config,
         tool_sets=tool_sets,
         hub=hub,

@@ -20,6 +20,7 @@ from .._core.decision import DecisionRequest, DecisionResult
 from .._core.dedup import DedupResult
 from .._core.index import Strategy
 from .._core.policy import Policy
+from .._core.public import NoPublicConstructor
 from .._core.selection import Selection
 from .._core.toolsets import ToolSet
 from .._routing.pipeline import RoutingOutcome
@@ -38,12 +39,15 @@ if TYPE_CHECKING:
 __all__ = ["Engine"]
 
 
-class Engine:
-    """Handle on a running engine; obtain one from ``open_engine``.
+class Engine(metaclass=NoPublicConstructor):
+    """Handle on a running engine; obtain one from ``open_engine`` (calling ``Engine()``
+    raises ``TypeError``).
 
     Every operation forwards to the service that owns it; reads take the catalogue keeper's
     current snapshot, so they never wait for warm-up or an update.
     """
+
+    _way_in = "`async with toolroute.open_engine(catalog) as engine:`"
 
     def __init__(
         self,

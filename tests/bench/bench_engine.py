@@ -31,10 +31,12 @@ sys.path.insert(0, str(HERE))
 
 from bench_recall import random_unit, synthetic_catalog  # noqa: E402
 
-from toolroute import Catalog, EmbeddingCache, EngineConfig, ToolIndex, load_queries, open_engine  # noqa: E402
+from toolroute import Catalog, EngineConfig, ToolIndex, open_engine  # noqa: E402
 from toolroute._core.config import WarmupConfig  # noqa: E402
 from toolroute._core.text import embedding_text  # noqa: E402
+from toolroute.evaluate import load_queries  # noqa: E402
 from toolroute.providers import default_embedder  # noqa: E402
+from toolroute.stores import EmbeddingCache  # noqa: E402
 
 
 def prefill(catalog: Catalog, directory: Path) -> None:

@@ -39,14 +39,16 @@ from typing import Any
 import numpy as np
 import trio
 
-from toolroute import Catalog, EmbeddingCache, EngineConfig, ToolIndex, load_queries, open_engine
+from toolroute import Catalog, EngineConfig, ToolIndex, open_engine
 from toolroute._core.config import WarmupConfig
 from toolroute._core.text import KEYWORD_TEXT_CHARS, MODEL_TEXT_CHARS, bounded, embedding_text
 from toolroute._core.vectors import Int8Index, VectorIndex, top_k
+from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
 from toolroute.providers._fast_tier import FastTier
 from toolroute.providers._int8_product import onnx_int8_product
 from toolroute.providers._minilm import MiniLMEmbedder
+from toolroute.stores import EmbeddingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_ladder import concurrency

@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from toolroute import Catalog, EmbeddingCache, ToolIndex, evaluate, load_queries
+from toolroute import Catalog, ToolIndex
 from toolroute._bench.datasets import peak_rss_mb, random_unit, synthetic_catalog
 from toolroute._core.text import embedding_text, tokenize, tool_text
+from toolroute.evaluate import evaluate, load_queries
 from toolroute.providers import default_embedder
+from toolroute.stores import EmbeddingCache
 
 HERE = Path(__file__).resolve().parent
 DATASETS = {

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import trio
 
-from toolroute import Catalog, Tool, ToolIndex, load_queries
+from toolroute import Catalog, Tool, ToolIndex
 from toolroute._judge.rerank import (
     RERANK_TOOL_LIMIT,
     build_prompt,
@@ -40,6 +40,7 @@ from toolroute._judge.rerank import (
     rerank_from_reply,
     rerank_pool_size,
 )
+from toolroute.evaluate import load_queries
 
 HERE = Path(__file__).resolve().parent
 DATASETS = {

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from bench_load import hit_at_5
 
-from toolroute import Catalog, ToolIndex, load_queries
+from toolroute import Catalog, ToolIndex
+from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
 from toolroute.providers._fast_tier import FastTier
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from toolroute import Catalog, ToolIndex, load_queries
+from toolroute import Catalog, ToolIndex
 from toolroute._core.text import tokenize, tool_text
+from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
 
 HERE = Path(__file__).resolve().parent

@@ -26,11 +26,13 @@ from typing import Any
 import numpy as np
 import trio
 
-from toolroute import Catalog, EmbeddingCache, EngineConfig, Outcome, ToolIndex, load_queries
+from toolroute import Catalog, EngineConfig, Outcome, ToolIndex
 from toolroute._core.config import LoadConfig, WarmupConfig
 from toolroute._runtime.engine import Engine, open_engine
+from toolroute.evaluate import load_queries
 from toolroute.providers._fast_tier import FastTier
 from toolroute.providers._minilm import MiniLMEmbedder
+from toolroute.stores import EmbeddingCache
 
 DATASETS = ("metatool", "bfcl")
 SERVED = (0, 100, 1_000, 10_000)

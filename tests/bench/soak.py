@@ -65,7 +65,8 @@ sys.path.insert(0, str(HERE))
 from soak_checks import Tally  # noqa: E402
 from soak_load import Catalogue, Plan, Providers, Workload  # noqa: E402
 
-from toolroute import Catalog, EngineConfig, Tool, ToolSet, load_queries, open_engine  # noqa: E402
+from toolroute import Catalog, EngineConfig, Tool, ToolSet, open_engine  # noqa: E402
+from toolroute.evaluate import load_queries  # noqa: E402
 from toolroute.providers import HttpDecider, TypeSafeDecider  # noqa: E402
 
 CATALOGUE_SIZE = 1_000

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolroute import Catalog, ToolIndex, load_queries
+from toolroute import Catalog, ToolIndex
+from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
 
 HERE = Path(__file__).resolve().parent

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute import ConfigError, Query, evaluate, load_queries, split_of
+from toolroute import ConfigError
 from toolroute._core.evaluate import TEST_SPLIT_BYTE, latency_summary, wilson
+from toolroute.evaluate import Query, evaluate, load_queries, split_of
 
 # -- split --------------------------------------------------------------------------------------
 

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import enum
+import importlib.metadata
+import inspect
 import pickle
 import traceback
 import types
+import typing
+from collections.abc import Iterator
 
+import attrs
 import pytest
 
 import toolroute
 import toolroute.asyncio
 import toolroute.config
 import toolroute.decisions
+import toolroute.evaluate
 import toolroute.events
 import toolroute.providers
 import toolroute.stores
 import toolroute.testing
-from toolroute._core.public import is_private_home
+from toolroute._core.public import NoPublicConstructor, is_private_home
 
 PUBLIC = {
     "CacheWarning",
@@ -26,21 +33,23 @@ PUBLIC = {
     "DecisionError",
     "DedupResult",
     "EmbedderError",
-    "EmbeddingCache",
     "Engine",
     "EngineConfig",
     "EngineCrashed",
+    "FROM_CONFIG",
+    "FromConfig",
+    "Messages",
     "ModelIntegrityError",
     "Outcome",
     "Policy",
     "ProviderError",
-    "Query",
     "Ranking",
+    "RecallStatistics",
+    "Removed",
     "RoutingConfig",
     "RoutingOutcome",
     "Selection",
     "Server",
-    "RecallStatistics",
     "StepSelection",
     "Tool",
     "ToolIndex",
@@ -48,15 +57,10 @@ PUBLIC = {
     "ToolrouteError",
     "decide",
     "dedupe_tools",
-    "evaluate",
-    "load_queries",
     "open_engine",
     "route_servers",
-    "routing_query",
     "search_tools_definition",
-    "split_of",
     "system_prompts",
-    "tokenize",
     "try_decide",
 }
 CONFIG = {
@@ -103,6 +107,7 @@ DECISIONS = {
     "DecisionRequest",
     "DecisionResult",
     "MediaLimits",
+    "ModelLimits",
     "ScoreAnswer",
     "ScoreQuestion",
     "Usage",
@@ -127,6 +132,7 @@ STORES = {
     "SessionStore",
     "Stores",
 }
+EVALUATE = {"Query", "evaluate", "load_queries", "routing_query", "split_of", "tokenize"}
 TESTING = {"Fault", "ScriptedDecider", "ScriptedEmbedder", "ScriptedGenerator", "inline_cpu"}
 PROVIDERS = {
     "AnthropicGenerator",
@@ -165,6 +171,7 @@ PUBLIC_MODULES = [
     (toolroute, PUBLIC),
     (toolroute.config, CONFIG),
     (toolroute.events, EVENTS),
+    (toolroute.evaluate, EVALUATE),
     (toolroute.decisions, DECISIONS),
     (toolroute.testing, TESTING),
     (toolroute.stores, STORES),
@@ -261,3 +268,83 @@ def test_errors_share_one_base_and_config_errors_are_value_errors() -> None:
 def test_asyncio_module_exposes_the_bridge() -> None:
     assert callable(toolroute.asyncio.open_engine)
     assert toolroute.asyncio.AsyncioEngine.select
+
+
+def _named_types(hint: object) -> Iterator[type]:
+    """Every class a type hint names, through unions, generics and ``Literal``."""
+    if isinstance(hint, type):
+        yield hint
+    for argument in typing.get_args(hint):
+        yield from _named_types(argument)
+
+
+#: Names imported only for type checkers resolve against the public surface.
+_PUBLIC_NAMESPACE = {
+    name: getattr(module, name) for module, names in PUBLIC_MODULES for name in names
+}
+
+
+def _hints(target: object) -> dict[str, object]:
+    return typing.get_type_hints(target, localns=_PUBLIC_NAMESPACE)
+
+
+def _public_callables(module: types.ModuleType) -> Iterator[tuple[str, object]]:
+    for name in module.__all__:
+        value = getattr(module, name)
+        if isinstance(value, type):
+            yield name, value
+            for attribute, member in vars(value).items():
+                if not attribute.startswith("_") and inspect.isroutine(member):
+                    yield f"{name}.{attribute}", member
+                elif isinstance(member, property) and member.fget is not None:
+                    yield f"{name}.{attribute}", member.fget
+        elif inspect.isroutine(value):
+            yield name, value
+
+
+@pytest.mark.parametrize(
+    ("module", "names"), PUBLIC_MODULES, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_every_type_and_default_in_a_public_signature_is_public(
+    module: types.ModuleType, names: set[str]
+) -> None:
+    private: dict[str, str] = {}
+    for where, value in _public_callables(module):
+        # A class only the library creates (``Engine``) takes private services.
+        made_by_hand = isinstance(value, type) and not isinstance(value, NoPublicConstructor)
+        target = value.__init__ if made_by_hand else value  # type: ignore[misc]
+        target = getattr(target, "__func__", target)
+        hints = _hints(target) if callable(target) else {}
+        if isinstance(value, type) and attrs.has(value):
+            hints |= _hints(value)
+        named = {cls for hint in hints.values() for cls in _named_types(hint)}
+        try:
+            parameters = inspect.signature(target).parameters.values()
+        except (TypeError, ValueError):
+            parameters = ()  # type: ignore[assignment]
+        named |= {
+            type(p.default)
+            for p in parameters
+            if p.default is not inspect.Parameter.empty and isinstance(p.default, enum.Enum)
+        }
+        for cls in named:
+            if is_private_home(cls.__module__):
+                private[f"{where}: {cls.__qualname__}"] = cls.__module__
+    assert private == {}
+
+
+def test_engine_is_made_by_open_engine_only() -> None:
+    with pytest.raises(TypeError, match=r"toolroute\.Engine cannot be constructed by hand; use"):
+        toolroute.Engine()
+
+
+def test_the_version_is_the_distribution_s_and_the_cli_prints_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from toolroute._cli.main import main
+
+    assert toolroute.__version__ == importlib.metadata.version("toolroute")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"toolroute {toolroute.__version__}"

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute import Catalog, CatalogError, ConfigError, Server, Tool, load_queries
+from toolroute import Catalog, CatalogError, ConfigError, Server, Tool
 from toolroute._core import files, readers
+from toolroute.evaluate import load_queries
 
 WEATHER_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from toolroute import Tool, tokenize
+from toolroute import Tool
 from toolroute._core.text import (
     KEYWORD_TEXT_CHARS,
     MODEL_TEXT_CHARS,
@@ -18,6 +18,7 @@ from toolroute._core.text import (
     split_identifier,
     tool_text,
 )
+from toolroute.evaluate import tokenize
 
 # -- split_identifier ---------------------------------------------------------------------------
 

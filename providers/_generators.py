@@ -21,10 +21,10 @@ import trio
 
 from .._core.errors import ConfigError, ProviderError
 from .._core.json_text import extract_json
-from ._decision_loop import envelope_message
-from ._http import Reply
-from ._loop import LoopOptions, ProviderLoop
-from ._rules import RetryPolicy, is_retryable_status
+from ._deciders.loop import envelope_message
+from ._http.async_driver import LoopOptions, ProviderLoop
+from ._http.rules import RetryPolicy, is_retryable_status
+from ._http.transport import Reply
 
 #: One retry; back-off as in the openai/anthropic SDKs: 0.5 s doubling, 25 % jitter.
 GENERATOR_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=8.0, jitter=0.25)

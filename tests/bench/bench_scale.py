@@ -30,7 +30,7 @@ from toolroute import EmbeddingCache, ToolIndex, load_queries
 from toolroute._core.text import embedding_text
 from toolroute._core.vectors import INT8_FROM, int8_index, top_k
 from toolroute.providers import default_embedder
-from toolroute.providers._int8_product import onnx_int8_product
+from toolroute.providers._embedders.int8_product import onnx_int8_product
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

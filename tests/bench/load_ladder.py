@@ -29,8 +29,8 @@ import trio
 from toolroute import Catalog, EmbeddingCache, EngineConfig, Outcome, ToolIndex, load_queries
 from toolroute._core.config import LoadConfig, WarmupConfig
 from toolroute._runtime.engine import Engine, open_engine
-from toolroute.providers._fast_tier import FastTier
-from toolroute.providers._minilm import MiniLMEmbedder
+from toolroute.providers._embedders.fast_tier.tier import FastTier
+from toolroute.providers._embedders.minilm import MiniLMEmbedder
 
 DATASETS = ("metatool", "bfcl")
 SERVED = (0, 100, 1_000, 10_000)

@@ -21,7 +21,7 @@ import pytest
 
 from toolroute import ConfigError, ProviderError
 from toolroute.providers import Embedder, RetryPolicy
-from toolroute.providers._openai_embeddings import OpenAIEmbedder
+from toolroute.providers._embedders.openai_compatible import OpenAIEmbedder
 
 DIM = 4
 # No generic credential shape: only configured-key redaction can hide it.

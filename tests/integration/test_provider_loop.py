@@ -1,6 +1,6 @@
 """One retry policy for every remote client: a decider, a generator and the embedder.
 
-Each rule of the shared policy (``toolroute.providers._rules``) is checked on all
+Each rule of the shared policy (``toolroute.providers._http.rules``) is checked on all
 three against real loopback servers: which statuses are retried, ``x-should-retry``,
 ``retry-after-ms``, and the base-URL rule.
 """

@@ -10,7 +10,7 @@ Rules (docs/DESIGN.md, "Inside"):
   (``_routing`` may also import ``_decisions``);
 - ``toolroute.providers`` imports only ``_core`` (and itself);
 - ``_runtime`` and the public modules import anything but ``_cli`` (``__main__`` runs it);
-- exactly one module imports httpx (``providers/_http.py``);
+- exactly one module imports httpx (``providers/_http/transport.py``);
 - nothing installed imports the test tree or edits ``sys.path``;
 - no import cycles between modules, counting imports made only for type checkers;
 - layer folders have an ``__init__.py`` that imports nothing.
@@ -113,7 +113,7 @@ OS_PATH_FILE_CALLS = {
 }
 #: The one core module that reads files (those the caller named).
 CORE_FILES = "toolroute._core.files"
-HTTPX_IMPORTER = "toolroute.providers._http"
+HTTPX_IMPORTER = "toolroute.providers._http.transport"
 
 
 @attrs.frozen
@@ -440,5 +440,5 @@ def test_the_checks_catch_what_they_look_for() -> None:
         "toolroute._core",
     ]
     assert layer("toolroute._core.catalog") == "_core"
-    assert layer("toolroute.providers._http") == "providers"
+    assert layer("toolroute.providers._http.transport") == "providers"
     assert layer("toolroute.__main__") == "public"

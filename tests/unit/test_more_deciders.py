@@ -32,7 +32,7 @@ from toolroute.providers import (
     ScaleDownDecider,
     default_decider,
 )
-from toolroute.providers._default_decider import IMPLICIT
+from toolroute.providers._deciders.default import IMPLICIT
 
 Kind = DecisionErrorKind
 FAST = RetryPolicy(retries=1, backoff_s=0.0)

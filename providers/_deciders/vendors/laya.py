@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..._core.decision import DecisionRequest
-from ..._core.decision_limits import DecisionLimits, ModelLimits
-from ..._core.errors import DecisionError
-from ..._core.media import PreparedMedia
-from .._decision_loop import (
+from ...._core.decision import DecisionRequest
+from ...._core.decision_limits import DecisionLimits, ModelLimits
+from ...._core.errors import DecisionError
+from ...._core.media import PreparedMedia
+from ..._http.transport import Reply
+from ..loop import (
     Decoded,
     HttpDecider,
     dig,
@@ -16,7 +17,6 @@ from .._decision_loop import (
     litellm_message,
     status_kind,
 )
-from .._http import Reply
 
 
 class LayaDecider(HttpDecider):

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .._core.errors import ConfigError
+from ..._core.errors import ConfigError
 
 REDACTED = "[redacted]"
 

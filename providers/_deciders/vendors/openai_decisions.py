@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
-from ..._core.decision import (
+from ...._core.decision import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -29,11 +29,13 @@ from ..._core.decision import (
     Question,
     ScoreQuestion,
 )
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from ..._core.errors import ConfigError, DecisionError
-from ..._core.media import PreparedMedia
-from .._decision_loop import (
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ...._core.errors import ConfigError, DecisionError
+from ...._core.media import PreparedMedia
+from ..._http.async_driver import LoopOptions
+from ..._http.transport import Reply
+from ..loop import (
     Decoded,
     HttpDecider,
     Kind,
@@ -42,8 +44,6 @@ from .._decision_loop import (
     misaligned,
     state_text,
 )
-from .._http import Reply
-from .._loop import LoopOptions
 
 #: Longest ``safety_identifier`` OpenAI accepts.
 MAX_SAFETY_IDENTIFIER = 128

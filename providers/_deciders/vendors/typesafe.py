@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from typing import Literal, Unpack
 from urllib.parse import urlsplit
 
-from ..._core.decision import DecisionRequest
-from ..._core.decision_limits import DecisionLimits
-from ..._core.decision_wire import read_usage
-from ..._core.errors import ConfigError, DecisionError
-from ..._core.media import PreparedMedia
-from .._decision_loop import (
+from ...._core.decision import DecisionRequest
+from ...._core.decision_limits import DecisionLimits
+from ...._core.decision_wire import read_usage
+from ...._core.errors import ConfigError, DecisionError
+from ...._core.media import PreparedMedia
+from ..._http.async_driver import LoopOptions
+from ..._http.transport import Reply
+from ..loop import (
     Decoded,
     HttpDecider,
     Kind,
@@ -22,8 +24,6 @@ from .._decision_loop import (
     read_answer_map,
     status_kind,
 )
-from .._http import Reply
-from .._loop import LoopOptions
 
 
 class TypeSafeDecider(HttpDecider):

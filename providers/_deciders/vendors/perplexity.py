@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from typing import Unpack
 from urllib.parse import urlsplit
 
-from ..._core.decision import DecisionRequest
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.errors import DecisionError
-from ..._core.media import PreparedMedia, image_size
-from .._decision_loop import (
+from ...._core.decision import DecisionRequest
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.errors import DecisionError
+from ...._core.media import PreparedMedia, image_size
+from ..._http.async_driver import LoopOptions
+from ..._http.transport import Reply
+from ..loop import (
     PNG_JPEG_WEBP,
     HttpDecider,
     Kind,
@@ -21,8 +23,6 @@ from .._decision_loop import (
     envelope_message,
     status_kind,
 )
-from .._http import Reply
-from .._loop import LoopOptions
 
 _PPLX_CONTEXT = re.compile(r"exceeds(?: or equals)?(?: model's)? maximum context length", re.I)
 _PPLX_KEY = re.compile(r"pplx-[A-Za-z0-9_-]{30,}")

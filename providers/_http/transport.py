@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import attrs
 import httpx
 
-from .._core.errors import ConfigError, ProviderError
-from ._rules import (
+from ..._core.errors import ConfigError, ProviderError
+from .rules import (
     GiveUp,
     RetryPolicy,
     check_base_url,

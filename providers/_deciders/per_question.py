@@ -12,17 +12,17 @@ from typing import ClassVar
 import attrs
 import trio
 
-from .._core.decision import (
+from ..._core.decision import (
     Answer,
     DecisionRequest,
     DecisionResult,
     Question,
     Usage,
 )
-from .._core.decision_limits import check_request
-from .._core.decision_wire import logger
-from .._core.errors import DecisionError
-from ._decision_loop import HttpDecider, Kind, state_text
+from ..._core.decision_limits import check_request
+from ..._core.decision_wire import logger
+from ..._core.errors import DecisionError
+from .loop import HttpDecider, Kind, state_text
 
 
 @attrs.frozen

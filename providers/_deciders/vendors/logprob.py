@@ -13,14 +13,14 @@ import math
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from ..._core.decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
-from ..._core.decision_limits import DecisionLimits
-from ..._core.decision_wire import logger
-from ..._core.errors import ConfigError, DecisionError
-from .._decision_loop import Kind, json_text
-from .._http import Reply
-from .._loop import LoopOptions
-from .._per_question import PerQuestionDecider, QuestionReply
+from ...._core.decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
+from ...._core.decision_limits import DecisionLimits
+from ...._core.decision_wire import logger
+from ...._core.errors import ConfigError, DecisionError
+from ..._http.async_driver import LoopOptions
+from ..._http.transport import Reply
+from ..loop import Kind, json_text
+from ..per_question import PerQuestionDecider, QuestionReply
 from .openai_decisions import openai_error
 
 #: OpenAI's ceiling on ``top_logprobs``.

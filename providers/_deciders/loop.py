@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Unpack
 import attrs
 import trio
 
-from .._core.decision import (
+from ..._core.decision import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -33,13 +33,13 @@ from .._core.decision import (
     Question,
     Usage,
 )
-from .._core.decision_limits import DecisionLimits, check_request
-from .._core.decision_wire import Misaligned, read_answers, read_usage
-from .._core.errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
-from .._core.media import PreparedMedia, prepare_media
-from ._http import Reply
-from ._loop import LoopOptions, ProviderLoop
-from ._rules import RETRYABLE_STATUSES, RetryPolicy
+from ..._core.decision_limits import DecisionLimits, check_request
+from ..._core.decision_wire import Misaligned, read_answers, read_usage
+from ..._core.errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
+from ..._core.media import PreparedMedia, prepare_media
+from .._http.async_driver import LoopOptions, ProviderLoop
+from .._http.rules import RETRYABLE_STATUSES, RetryPolicy
+from .._http.transport import Reply
 
 #: One retry; the first waits 0.25–0.5 s (NeuroLink's ``2^n·250 + rand·250`` ms).
 DECISION_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=4.0, jitter=0.5)

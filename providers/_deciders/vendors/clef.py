@@ -7,11 +7,13 @@ import re
 from collections.abc import Mapping
 from typing import Unpack
 
-from ..._core.decision import DecisionRequest
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.errors import ConfigError, DecisionError
-from ..._core.media import PreparedMedia
-from .._decision_loop import (
+from ...._core.decision import DecisionRequest
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.errors import ConfigError, DecisionError
+from ...._core.media import PreparedMedia
+from ..._http.async_driver import LoopOptions
+from ..._http.transport import Reply
+from ..loop import (
     PNG_JPEG_WEBP,
     Decoded,
     HttpDecider,
@@ -20,8 +22,6 @@ from .._decision_loop import (
     envelope_message,
     status_kind,
 )
-from .._http import Reply
-from .._loop import LoopOptions
 
 _ACCOUNT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLEF_MODEL = re.compile(r"[a-z0-9][a-z0-9._-]*")

@@ -5,16 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.errors import DecisionError
-from .._decision_loop import (
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.errors import DecisionError
+from ..._http.transport import Reply
+from ..loop import (
     HttpDecider,
     Kind,
     envelope_message,
     litellm_message,
     status_kind,
 )
-from .._http import Reply
 
 _CONTEXT_LENGTH = re.compile(
     r"(context|prefill|prompt).{0,40}(length|limit|too long|exceed)"

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from ..._core.decision import (
+from ...._core.decision import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
@@ -27,13 +27,13 @@ from ..._core.decision import (
     Usage,
     is_probability,
 )
-from ..._core.decision_limits import DecisionLimits
-from ..._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from ..._core.errors import DecisionError
-from .._decision_loop import Kind, envelope_message, json_text, status_kind
-from .._http import Reply
-from .._loop import LoopOptions
-from .._per_question import PerQuestionDecider, QuestionReply
+from ...._core.decision_limits import DecisionLimits
+from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ...._core.errors import DecisionError
+from ..._http.async_driver import LoopOptions
+from ..._http.transport import Reply
+from ..loop import Kind, envelope_message, json_text, status_kind
+from ..per_question import PerQuestionDecider, QuestionReply
 
 
 def _rubric(instructions: str, answer: str, description: object) -> str:

@@ -28,9 +28,9 @@ from typing import Protocol, TypedDict
 
 import trio
 
-from .._core.errors import ProviderError
-from ._http import AsyncJsonClient, AsyncTransport, Reply, TransportError
-from ._rules import GiveUp, RetryPolicy, plan_retry, retry_after_s, should_retry
+from ..._core.errors import ProviderError
+from .rules import GiveUp, RetryPolicy, plan_retry, retry_after_s, should_retry
+from .transport import AsyncJsonClient, AsyncTransport, Reply, TransportError
 
 
 class LoopOptions(TypedDict, total=False):

@@ -1,6 +1,6 @@
 """Chat models that answer with JSON: OpenAI-compatible servers and Anthropic.
 
-Both classes are codecs on the one provider loop (:mod:`._loop`), the same
+Both classes are codecs on the one provider loop (:mod:`._http.async_driver`), the same
 the deciders use: at most ``retry.retries + 1`` attempts inside one trio
 deadline, 408/409/429/5xx retried unless ``x-should-retry`` says otherwise,
 ``retry-after-ms`` / ``Retry-After`` honoured only when it fits what is left of
@@ -21,17 +21,15 @@ import trio
 
 from .._core.errors import ConfigError, ProviderError
 from .._core.json_text import extract_json
-from ._deciders.loop import envelope_message
+from ._deciders.wire import envelope_message
 from ._http.async_driver import LoopOptions, ProviderLoop
-from ._http.rules import RetryPolicy, is_retryable_status
-from ._http.transport import Reply
+from ._http.retry import Redactor, Reply, TransportError
+from ._http.rules import RetryPolicy, check_base_url, is_retryable_status, url_label
 
 #: One retry; back-off as in the openai/anthropic SDKs: 0.5 s doubling, 25 % jitter.
 GENERATOR_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=8.0, jitter=0.25)
 #: Budget of one call when ``timeout_s`` is not given.
 DEFAULT_TIMEOUT_S = 15.0
-
-_EXCERPT_CHARS = 200
 
 
 class _JsonGenerator:
@@ -63,16 +61,18 @@ class _JsonGenerator:
         self.model = model
         self._api_key = (api_key or "").strip()
         self._timeout_s = float(timeout_s)
+        headers = self._headers()
+        self._redact = Redactor.for_headers(headers, [self._api_key])
+        self._label = url_label(check_base_url(base_url))
         self._loop = ProviderLoop.connect(
             base_url,
             self,
-            headers=self._headers(),
-            secret=self._api_key,
+            headers=headers,
+            redactor=self._redact,
             options=options,
             retry=GENERATOR_RETRY,
         )
-        self._client = self._loop.client
-        self.identity = f"{self.scheme}:{model}@{urlsplit(self._client.base_url).netloc}"
+        self.identity = f"{self.scheme}:{model}@{urlsplit(check_base_url(base_url)).netloc}"
 
     def _headers(self) -> dict[str, str]:
         raise NotImplementedError
@@ -86,7 +86,7 @@ class _JsonGenerator:
 
     async def aclose(self) -> None:
         """Release the connection pool. Idempotent."""
-        await self._client.aclose()
+        await self._loop.aclose()
 
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked.
@@ -132,7 +132,7 @@ class _JsonGenerator:
                 f"answered with text that holds no JSON: {self._quote(text)}", reply.status
             ) from None
 
-    # -- the loop's codec (LoopCodec) ---------------------------------------
+    # -- the loop's codec (ErrorCodec) --------------------------------------
 
     def refused(self, reply: Reply) -> ProviderError:
         payload = reply.json()
@@ -152,7 +152,7 @@ class _JsonGenerator:
 
     def latched(self, cause: ProviderError) -> ProviderError:
         return ProviderError(
-            self._client.redact(
+            self._redact(
                 f"{self.vendor} rejected this API key earlier (HTTP {cause.status}); not"
                 " sent. Build a new generator with a valid key."
             ),
@@ -160,8 +160,8 @@ class _JsonGenerator:
             retryable=False,
         )
 
-    def unreachable(self, message: str) -> ProviderError:
-        return self._error(message, retryable=True)
+    def unreachable(self, failure: TransportError) -> ProviderError:
+        return self._error(str(failure), retryable=True)
 
     def too_late(self, budget_s: float, last: ProviderError | None) -> ProviderError:
         after = f" (last failure: {last})" if last is not None else ""
@@ -173,13 +173,11 @@ class _JsonGenerator:
     def _error(
         self, message: str, status: int | None = None, *, retryable: bool = False
     ) -> ProviderError:
-        text = self._client.redact(f"{self.vendor} ({self._client.label}) {message}")
+        text = self._redact(f"{self.vendor} ({self._label}) {message}")
         return ProviderError(text, status=status, retryable=retryable)
 
     def _cut(self, text: str) -> str:
-        # Redact before cutting, so a cut cannot leave half a secret unmatched.
-        text = " ".join(self._client.redact(text).split())
-        return text[:_EXCERPT_CHARS] + "…" if len(text) > _EXCERPT_CHARS else text
+        return self._redact.cut(text)
 
     def _quote(self, raw: str | bytes) -> str:
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw

@@ -1,16 +1,11 @@
-"""The decision codec base: what every HTTP decision provider shares on the one loop.
+"""The decision loop: what every HTTP decision provider shares on the one provider loop.
 
 One call: local checks (key, auth latch, limits, JSON, media, body size)
-before any network traffic, then the shared :class:`~._loop.ProviderLoop`
-(retries, one deadline, ``Retry-After``, the latch). Vendors override the
-codec hooks; each keeps its own status → kind table, since the vendors'
-references disagree (529 is ``overloaded`` for TypeSafe only).
-
-**Alignment rule.** A reply whose answers cannot be matched to the questions
-asked with certainty (a different count, or an id or echoed name that differs
-from the one sent at that position) is no reply: the call fails with
-``server`` and no answer of it is used, so nothing is decided on an answer
-that may belong to another question.
+before any network traffic, then the shared :class:`~.._http.async_driver.ProviderLoop`
+(retries, one deadline, ``Retry-After``, the latch). Vendors supply the codec
+(path, headers, body, reading a reply, reading a refusal); each keeps its own
+status → kind table, since the vendors' references disagree. The helpers a
+codec composes its parts from are in :mod:`.wire`; the alignment rule is there.
 """
 
 from __future__ import annotations
@@ -20,81 +15,28 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Unpack
 
-import attrs
 import trio
 
-from ..._core.decision import (
-    JSON,
-    Answer,
-    BooleanQuestion,
-    ChoiceQuestion,
-    DecisionRequest,
-    DecisionResult,
-    Question,
-    Usage,
-)
+from ..._core.decision import DecisionRequest, DecisionResult
 from ..._core.decision_limits import DecisionLimits, check_request
-from ..._core.decision_wire import Misaligned, read_answers, read_usage
-from ..._core.errors import ConfigError, DecisionError, DecisionErrorKind, ProviderError
+from ..._core.decision_wire import read_usage
+from ..._core.errors import ConfigError, DecisionError, ProviderError
 from ..._core.media import PreparedMedia, prepare_media
 from .._http.async_driver import LoopOptions, ProviderLoop
-from .._http.rules import RETRYABLE_STATUSES, RetryPolicy
-from .._http.transport import Reply
+from .._http.retry import Redactor, Reply, TransportError
+from .._http.rules import RetryPolicy
+from .wire import (
+    Decoded,
+    Kind,
+    Wire,
+    encode_question,
+    envelope_message,
+    read_answer_map,
+    status_kind,
+)
 
 #: One retry; the first waits 0.25–0.5 s (NeuroLink's ``2^n·250 + rand·250`` ms).
 DECISION_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=4.0, jitter=0.5)
-
-Kind = DecisionErrorKind
-
-#: Kind of an HTTP status when the vendor's envelope says nothing more specific
-#: (Laya's table, which XOR, Perplexity and Clef share for these statuses; 529 is
-#: not in it: only TypeSafe's reference maps 529 to ``overloaded``).
-_STATUS_KINDS: dict[int, Kind] = {
-    401: Kind.AUTHENTICATION,
-    403: Kind.AUTHENTICATION,
-    413: Kind.MAX_TOKENS_EXCEEDED,
-    429: Kind.RATE_LIMIT,
-    503: Kind.OVERLOADED,
-}
-#: Kinds worth another attempt; 408 and 409 are retried too, whatever their kind.
-_RETRYABLE = frozenset({Kind.RATE_LIMIT, Kind.OVERLOADED, Kind.SERVER, Kind.TIMEOUT})
-#: Request timeout and conflict: retried by every SDK, whatever kind a vendor gives them.
-_ALWAYS_RETRIED = RETRYABLE_STATUSES - {429}
-
-
-def status_kind(status: int, table: Mapping[int, Kind] = _STATUS_KINDS) -> Kind:
-    """The error kind of ``status``: the table, then ``server`` for 5xx, else ``invalid_request``."""
-    if status in table:
-        return table[status]
-    return Kind.SERVER if status >= 500 else Kind.INVALID_REQUEST
-
-
-def envelope_message(payload: object) -> str | None:
-    """The message in the common error envelopes (``{"error": {"message"}}``,
-    ``{"error": "…"}``, ``{"detail": "…"}``, ``{"message": "…"}``)."""
-    if not isinstance(payload, Mapping):
-        return None
-    error = payload.get("error")
-    if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    if isinstance(error, str):
-        return error
-    detail = payload.get("detail")
-    if isinstance(detail, str):
-        return detail
-    if isinstance(detail, Mapping) and isinstance(detail.get("message"), str):
-        return str(detail["message"])
-    message = payload.get("message")
-    return message if isinstance(message, str) else None
-
-
-@attrs.frozen
-class Decoded:
-    """A successful reply, read: answers under the request's ids, usage and model."""
-
-    answers: Mapping[str, Answer]
-    usage: Usage
-    model: str
 
 
 class HttpDecider:
@@ -131,8 +73,8 @@ class HttpDecider:
     requires_key: ClassVar[bool] = True
     #: The endpoint paths carry ``/v1`` already, so a base URL ending in ``/v1`` loses it.
     strip_v1: ClassVar[bool] = False
-    #: Media types accepted by some provider, for the "does not accept media" message.
-    media_hint: ClassVar[str] = "XOR, Perplexity Decisions, Cloudflare Clef, OpenAI Decisions"
+    #: The providers that do read media, named in a text-only vendor's refusal of media.
+    media_hint: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -148,15 +90,19 @@ class HttpDecider:
             raise ConfigError(f"{self.vendor} needs base_url (no public default endpoint)")
         self.model = model or self.default_model
         self._timeout_s = options.get("timeout_s")
+        headers = self._headers()
+        #: What this decider's codec words its errors with.
+        self.wire = Wire(
+            self.vendor, Redactor.for_headers(headers, [self._api_key]), self._request_id
+        )
         self._loop = ProviderLoop.connect(
             self._normalise_base_url(url),
             self,
-            headers=self._headers(),
-            secret=self._api_key,
+            headers=headers,
+            redactor=self.wire.redact,
             options=options,
             retry=DECISION_RETRY,
         )
-        self._client = self._loop.client
 
     # -- codec hooks -------------------------------------------------------
 
@@ -192,7 +138,7 @@ class HttpDecider:
             raise DecisionError(
                 Kind.SERVER, f"{self.vendor} returned a response without an answers map."
             )
-        answers = read_answer_map(self, payload["answers"], request.questions)
+        answers = read_answer_map(self.wire, payload["answers"], request.questions)
         resolved = payload.get("model")
         return Decoded(
             answers,
@@ -213,18 +159,9 @@ class HttpDecider:
     def _make_error(
         self, kind: Kind, reply: Reply, message: str | None, *, retryable: bool | None = None
     ) -> DecisionError:
-        text = message.strip() if message and message.strip() else reply.excerpt()
-        if retryable is None:
-            retryable = kind in _RETRYABLE or reply.status in _ALWAYS_RETRIED
-        return DecisionError(
-            kind,
-            self._client.redact(f"{self.vendor} returned HTTP {reply.status}: {text}"),
-            status=reply.status,
-            request_id=self._request_id(reply.headers),
-            retryable=retryable,
-        )
+        return self.wire.refusal(kind, reply, message, retryable=retryable)
 
-    # -- the loop's codec (LoopCodec) ---------------------------------------
+    # -- the loop's codec (ErrorCodec) --------------------------------------
 
     def refused(self, reply: Reply) -> ProviderError:
         return self._error(reply)
@@ -240,14 +177,14 @@ class HttpDecider:
             status=cause.status,
         )
 
-    def unreachable(self, message: str) -> ProviderError:
-        return DecisionError(Kind.NETWORK, message, retryable=True)
+    def unreachable(self, failure: TransportError) -> ProviderError:
+        return DecisionError(Kind.NETWORK, str(failure), retryable=True)
 
     def too_late(self, budget_s: float, last: ProviderError | None) -> ProviderError:
         after = f" (last failure: {last})" if last is not None else ""
         return DecisionError(
             Kind.TIMEOUT,
-            self._client.redact(
+            self.wire.redact(
                 f"{self.vendor} did not answer within the {budget_s:.3g} s deadline.{after}"
             ),
             retryable=True,
@@ -274,7 +211,7 @@ class HttpDecider:
 
     async def aclose(self) -> None:
         """Release the connection pool."""
-        await self._client.aclose()
+        await self._loop.aclose()
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         """Send ``request`` as one call on the shared loop.
@@ -348,7 +285,7 @@ class HttpDecider:
         if payload is None:
             raise DecisionError(
                 Kind.SERVER,
-                self._client.redact(
+                self.wire.redact(
                     f"{self.vendor} answered HTTP {reply.status} with a body that is not JSON:"
                     f" {reply.excerpt()}"
                 ),
@@ -385,111 +322,9 @@ class HttpDecider:
         return reply
 
 
-def encode_question(question: Question, boolean_type: str) -> dict[str, Any]:
-    """A question in the System One shape, booleans named ``boolean_type``."""
-    if isinstance(question, BooleanQuestion):
-        encoded: dict[str, Any] = {"type": boolean_type, "instructions": question.instructions}
-        criteria = {
-            k: v for k, v in (("true", question.true), ("false", question.false)) if v is not None
-        }
-        if criteria:
-            encoded["criteria"] = criteria
-        return encoded
-    if isinstance(question, ChoiceQuestion):
-        return {
-            "type": "choice",
-            "instructions": question.instructions,
-            "criteria": dict(question.options),
-        }
-    return {
-        "type": "score",
-        "instructions": question.instructions,
-        "criteria": list(question.levels),
-    }
-
-
 def _milliseconds(value: str | None) -> float | None:
     try:
         number = float(value) if value is not None else math.nan
     except ValueError:
         return None
     return number if math.isfinite(number) and number >= 0 else None
-
-
-#: Image types the System One vendors with images read.
-PNG_JPEG_WEBP = frozenset({"image/png", "image/jpeg", "image/webp"})
-
-
-def read_answer_map(
-    decider: HttpDecider,
-    raw_answers: Mapping[str, object],
-    questions: Mapping[str, Question],
-    *,
-    confidences: Mapping[str, object] | None = None,
-) -> dict[str, Answer]:
-    """The answers of an id-keyed reply, under the alignment rule.
-
-    Raises:
-        DecisionError: ``server`` when the reply carries an answer under an id
-            that was not asked: it cannot be matched to the questions with
-            certainty, so none of it is used.
-    """
-    try:
-        return read_answers(
-            raw_answers,
-            questions,
-            vendor=decider.vendor,
-            confidences=confidences,
-            redact=decider._client.redact,
-        )
-    except Misaligned as exc:
-        raise misaligned(decider, str(exc)) from None
-
-
-def misaligned(decider: HttpDecider, detail: str) -> DecisionError:
-    """The error of a reply that cannot be matched to its questions with certainty."""
-    return DecisionError(
-        Kind.SERVER,
-        decider._client.redact(
-            f"{decider.vendor} returned answers that cannot be matched to the questions"
-            f" asked ({detail}); none of them is used."
-        ),
-    )
-
-
-def json_text(value: JSON, *, vendor: str, what: str) -> str:
-    """``value`` as text: a string as is, anything else as compact JSON.
-
-    Raises:
-        DecisionError: ``invalid_request`` when ``value`` is not JSON.
-    """
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise DecisionError(
-            Kind.INVALID_REQUEST,
-            f"{vendor} reads {what} as text; it is not JSON-serialisable ({type(exc).__name__}).",
-        ) from None
-
-
-def state_text(state: JSON, *, vendor: str) -> str:
-    """The state as the text a text-only endpoint reads (compact JSON unless a string)."""
-    return json_text(state, vendor=vendor, what="the state")
-
-
-def litellm_message(message: str | None) -> str | None:
-    """A LiteLLM proxy message without the key it echoes (``Received API Key = …``)."""
-    if message is None:
-        return None
-    return message.split(" Received API Key", 1)[0].strip()
-
-
-def dig(value: object, *keys: str) -> object:
-    """``value[k1][k2]…``, or ``None`` as soon as a level is not a mapping."""
-    for key in keys:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value

@@ -22,7 +22,8 @@ from ..._core.decision import (
 from ..._core.decision_limits import check_request
 from ..._core.decision_wire import logger
 from ..._core.errors import DecisionError
-from .loop import HttpDecider, Kind, state_text
+from .loop import HttpDecider
+from .wire import Kind, state_text
 
 
 @attrs.frozen
@@ -143,7 +144,7 @@ class PerQuestionDecider(HttpDecider):
         if failures:
             unanswered = [calls[i][0] for i in range(len(calls)) if i not in replies]
             logger.warning(
-                self._client.redact(
+                self.wire.redact(
                     f"{self.vendor}: {len(unanswered)} of {len(calls)} questions left unanswered"
                     f" ({', '.join(map(repr, unanswered))}) after a failed call:"
                     f" {min(failures, key=lambda failure: failure[0])[1]}"

@@ -142,6 +142,15 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
     return found
 
 
+def url_label(base_url: str) -> str:
+    """How a checked base URL is named in messages: host, port and path.
+
+    Safe to quote: :func:`check_base_url` refused user info and queries.
+    """
+    parts = urlsplit(base_url)
+    return f"{parts.netloc}{parts.path}"
+
+
 def is_loopback(host: str) -> bool:
     if host.lower() in _LOOPBACK_NAMES:
         return True

@@ -12,16 +12,10 @@ from ...._core.decision_limits import DecisionLimits, MediaLimits
 from ...._core.errors import ConfigError, DecisionError
 from ...._core.media import PreparedMedia
 from ..._http.async_driver import LoopOptions
-from ..._http.transport import Reply
-from ..loop import (
-    PNG_JPEG_WEBP,
-    Decoded,
-    HttpDecider,
-    Kind,
-    dig,
-    envelope_message,
-    status_kind,
-)
+from ..._http.retry import Reply
+from ..loop import HttpDecider
+from ..wire import PNG_JPEG_WEBP, Decoded, Kind, dig, envelope_message, status_kind
+from .media_readers import MEDIA_READERS
 
 _ACCOUNT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLEF_MODEL = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -38,6 +32,7 @@ class ClefDecider(HttpDecider):
 
     name = "cloudflare-clef"
     vendor = "Cloudflare Clef"
+    media_hint = MEDIA_READERS
     default_model = "clef"
     default_base_url = "https://api.cloudflare.com/client/v4"
     key_env = "CLOUDFLARE_API_KEY (with CLOUDFLARE_ACCOUNT_ID)"

@@ -8,15 +8,10 @@ from ...._core.decision import DecisionRequest
 from ...._core.decision_limits import DecisionLimits, ModelLimits
 from ...._core.errors import DecisionError
 from ...._core.media import PreparedMedia
-from ..._http.transport import Reply
-from ..loop import (
-    Decoded,
-    HttpDecider,
-    dig,
-    envelope_message,
-    litellm_message,
-    status_kind,
-)
+from ..._http.retry import Reply
+from ..loop import HttpDecider
+from ..wire import Decoded, dig, envelope_message, litellm_message, status_kind
+from .media_readers import MEDIA_READERS
 
 
 class LayaDecider(HttpDecider):
@@ -24,6 +19,7 @@ class LayaDecider(HttpDecider):
 
     name = "laya"
     vendor = "Laya"
+    media_hint = MEDIA_READERS
     default_model = "typed-decisions"
     key_env = "LAYA_API_KEY (with LAYA_BASE_URL)"
     limits = DecisionLimits(

@@ -18,9 +18,10 @@ from ...._core.decision_limits import DecisionLimits
 from ...._core.decision_wire import logger
 from ...._core.errors import ConfigError, DecisionError
 from ..._http.async_driver import LoopOptions
-from ..._http.transport import Reply
-from ..loop import Kind, json_text
+from ..._http.retry import Reply
 from ..per_question import PerQuestionDecider, QuestionReply
+from ..wire import Kind, json_text
+from .media_readers import MEDIA_READERS
 from .openai_decisions import openai_error
 
 #: OpenAI's ceiling on ``top_logprobs``.
@@ -116,6 +117,7 @@ class LogprobDecider(PerQuestionDecider):
 
     name = "logprob"
     vendor = "Logprob decider"
+    media_hint = MEDIA_READERS
     default_model = ""
     default_base_url = "https://api.openai.com/v1"
     key_env = "TOOLROUTE_LOGPROB_API_KEY"
@@ -204,7 +206,7 @@ class LogprobDecider(PerQuestionDecider):
             ):
                 # The entry is the server's text: redacted like every other vendor message.
                 logger.warning(
-                    self._client.redact(
+                    self.wire.redact(
                         f"{self.vendor}: dropped the answer to question {key!r}:"
                         f" malformed top_logprobs entry {entry!r}."
                     )
@@ -237,7 +239,7 @@ class LogprobDecider(PerQuestionDecider):
         return QuestionReply(BooleanAnswer(min(1.0, yes / (yes + no))), usage, resolved)
 
     def _error(self, reply: Reply) -> DecisionError:
-        return openai_error(self, reply)
+        return openai_error(self.wire, reply)
 
 
 def _top_logprobs(payload: object) -> list[Any] | None:

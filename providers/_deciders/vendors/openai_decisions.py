@@ -34,16 +34,10 @@ from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_u
 from ...._core.errors import ConfigError, DecisionError
 from ...._core.media import PreparedMedia
 from ..._http.async_driver import LoopOptions
-from ..._http.transport import Reply
-from ..loop import (
-    Decoded,
-    HttpDecider,
-    Kind,
-    envelope_message,
-    json_text,
-    misaligned,
-    state_text,
-)
+from ..._http.retry import Reply
+from ..loop import HttpDecider
+from ..wire import Decoded, Kind, Wire, envelope_message, json_text, misaligned, state_text
+from .media_readers import MEDIA_READERS
 
 #: Longest ``safety_identifier`` OpenAI accepts.
 MAX_SAFETY_IDENTIFIER = 128
@@ -60,7 +54,7 @@ _CONTEXT = re.compile(
 )
 
 
-def openai_error(decider: HttpDecider, reply: Reply) -> DecisionError:
+def openai_error(wire: Wire, reply: Reply) -> DecisionError:
     """The error an OpenAI-shaped reply stands for: ``{"error": {message, type, code, param}}``.
 
     - 401 → ``authentication`` (latches the provider);
@@ -104,7 +98,7 @@ def openai_error(decider: HttpDecider, reply: Reply) -> DecisionError:
         kind = Kind.SERVER
     else:
         kind = Kind.INVALID_REQUEST
-    return decider._make_error(kind, reply, message, retryable=retryable)
+    return wire.refusal(kind, reply, message, retryable=retryable)
 
 
 def _score_labels(levels: Sequence[JSON], *, vendor: str) -> tuple[list[dict[str, str]], list[str]]:
@@ -292,6 +286,7 @@ class OpenAIDecisionsDecider(HttpDecider):
 
     name = "openai-decisions"
     vendor = "OpenAI Decisions"
+    media_hint = MEDIA_READERS
     default_model = "gpt-6-luna"
     default_base_url = "https://api.openai.com"
     key_env = "OPENAI_API_KEY (explicit selection only)"
@@ -363,13 +358,16 @@ class OpenAIDecisionsDecider(HttpDecider):
         assert isinstance(payload, Mapping)
         questions = list(request.questions.items())
         if len(raw_answers) != len(questions):
-            raise misaligned(self, f"{len(raw_answers)} answers for {len(questions)} questions")
+            raise misaligned(
+                self.wire, f"{len(raw_answers)} answers for {len(questions)} questions"
+            )
         for index, ((key, _question), raw) in enumerate(zip(questions, raw_answers, strict=True)):
             echoed = raw.get("name") if isinstance(raw, Mapping) else None
             if echoed is not None and echoed != key:
                 shown = repr(echoed[:40]) if isinstance(echoed, str) else type(echoed).__name__
                 raise misaligned(
-                    self, f"answer {index} is named {shown}, but question {key!r} was sent there"
+                    self.wire,
+                    f"answer {index} is named {shown}, but question {key!r} was sent there",
                 )
         answers: dict[str, Answer] = {}
         for (key, question), raw in zip(questions, raw_answers, strict=True):
@@ -380,7 +378,7 @@ class OpenAIDecisionsDecider(HttpDecider):
                 answers[key] = self._read(raw, question)
             except MalformedAnswer as exc:
                 logger.warning(
-                    self._client.redact(
+                    self.wire.redact(
                         f"{self.vendor}: dropped the answer to question {key!r}: {exc}"
                     )
                 )
@@ -402,4 +400,4 @@ class OpenAIDecisionsDecider(HttpDecider):
         return read_answer(raw, question)
 
     def _error(self, reply: Reply) -> DecisionError:
-        return openai_error(self, reply)
+        return openai_error(self.wire, reply)

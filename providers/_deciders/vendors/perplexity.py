@@ -14,15 +14,10 @@ from ...._core.decision_limits import DecisionLimits, MediaLimits
 from ...._core.errors import DecisionError
 from ...._core.media import PreparedMedia, image_size
 from ..._http.async_driver import LoopOptions
-from ..._http.transport import Reply
-from ..loop import (
-    PNG_JPEG_WEBP,
-    HttpDecider,
-    Kind,
-    encode_question,
-    envelope_message,
-    status_kind,
-)
+from ..._http.retry import Reply
+from ..loop import HttpDecider
+from ..wire import PNG_JPEG_WEBP, Kind, encode_question, envelope_message, status_kind
+from .media_readers import MEDIA_READERS
 
 _PPLX_CONTEXT = re.compile(r"exceeds(?: or equals)?(?: model's)? maximum context length", re.I)
 _PPLX_KEY = re.compile(r"pplx-[A-Za-z0-9_-]{30,}")
@@ -35,6 +30,7 @@ class PerplexityDecider(HttpDecider):
 
     name = "perplexity-decider"
     vendor = "Perplexity"
+    media_hint = MEDIA_READERS
     default_model = "pplx-decider-v1-27b"
     default_base_url = "https://api.perplexity.ai"
     key_env = "PERPLEXITY_API_KEY"

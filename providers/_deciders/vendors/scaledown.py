@@ -31,9 +31,10 @@ from ...._core.decision_limits import DecisionLimits
 from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
 from ...._core.errors import DecisionError
 from ..._http.async_driver import LoopOptions
-from ..._http.transport import Reply
-from ..loop import Kind, envelope_message, json_text, status_kind
+from ..._http.retry import Reply
 from ..per_question import PerQuestionDecider, QuestionReply
+from ..wire import Kind, envelope_message, json_text, status_kind
+from .media_readers import MEDIA_READERS
 
 
 def _rubric(instructions: str, answer: str, description: object) -> str:
@@ -129,6 +130,7 @@ class ScaleDownDecider(PerQuestionDecider):
 
     name = "scaledown"
     vendor = "ScaleDown"
+    media_hint = MEDIA_READERS
     default_model = "classify-1"
     default_base_url = "https://api.scaledown.xyz"
     key_env = "SCALEDOWN_API_KEY"
@@ -175,7 +177,7 @@ class ScaleDownDecider(PerQuestionDecider):
             answer = _classified(payload, question)
         except MalformedAnswer as exc:
             logger.warning(
-                self._client.redact(f"{self.vendor}: dropped the answer to question {key!r}: {exc}")
+                self.wire.redact(f"{self.vendor}: dropped the answer to question {key!r}: {exc}")
             )
             return QuestionReply(None, usage)
         return QuestionReply(answer, usage)

@@ -13,10 +13,10 @@ from ...._core.decision_wire import read_usage
 from ...._core.errors import ConfigError, DecisionError
 from ...._core.media import PreparedMedia
 from ..._http.async_driver import LoopOptions
-from ..._http.transport import Reply
-from ..loop import (
+from ..._http.retry import Reply
+from ..loop import HttpDecider
+from ..wire import (
     Decoded,
-    HttpDecider,
     Kind,
     dig,
     encode_question,
@@ -24,6 +24,7 @@ from ..loop import (
     read_answer_map,
     status_kind,
 )
+from .media_readers import MEDIA_READERS
 
 
 class TypeSafeDecider(HttpDecider):
@@ -41,6 +42,7 @@ class TypeSafeDecider(HttpDecider):
 
     name = "typesafe"
     vendor = "TypeSafe"
+    media_hint = MEDIA_READERS
     default_model = "jev-latest"
     default_base_url = "https://api.typesafe.ai"
     gateway_url = "https://ai-gateway.vercel.sh/v4/ai/evaluation-model"
@@ -110,7 +112,7 @@ class TypeSafeDecider(HttpDecider):
             )
         confidences = dig(payload, "providerMetadata", "typesafe", "confidence")
         answers = read_answer_map(
-            self,
+            self.wire,
             payload["answers"],
             request.questions,
             confidences=confidences if isinstance(confidences, Mapping) else None,

@@ -7,14 +7,10 @@ from collections.abc import Mapping
 
 from ...._core.decision_limits import DecisionLimits, MediaLimits
 from ...._core.errors import DecisionError
-from ..._http.transport import Reply
-from ..loop import (
-    HttpDecider,
-    Kind,
-    envelope_message,
-    litellm_message,
-    status_kind,
-)
+from ..._http.retry import Reply
+from ..loop import HttpDecider
+from ..wire import Kind, envelope_message, litellm_message, status_kind
+from .media_readers import MEDIA_READERS
 
 _CONTEXT_LENGTH = re.compile(
     r"(context|prefill|prompt).{0,40}(length|limit|too long|exceed)"
@@ -28,6 +24,7 @@ class XorDecider(HttpDecider):
 
     name = "xor"
     vendor = "XOR"
+    media_hint = MEDIA_READERS
     default_model = "xor-1.1"
     key_env = "XOR_API_KEY (with XOR_BASE_URL)"
     limits = DecisionLimits(

@@ -1,170 +1,45 @@
-"""The decision loop: what every HTTP decision provider shares on the one provider loop.
+"""The decision loop: a vendor's codec composed with the one provider loop.
 
-One call: local checks (key, auth latch, limits, JSON, media, body size)
-before any network traffic, then the shared :class:`~.._http.async_driver.ProviderLoop`
-(retries, one deadline, ``Retry-After``, the latch). Vendors supply the codec
-(path, headers, body, reading a reply, reading a refusal); each keeps its own
-status → kind table, since the vendors' references disagree. The helpers a
-codec composes its parts from are in :mod:`.wire`; the alignment rule is there.
+One call: local checks (key, auth latch, limits, JSON, media, body size) before any network
+traffic, then the shared :class:`~.._http.async_driver.ProviderLoop` (retries, one deadline,
+``Retry-After``, the latch). The vendor is a :class:`~.codec.DecisionCodec` (path, headers,
+body, reading a reply, reading a refusal); each keeps its own status → kind table, since the
+vendors' references disagree. The alignment rule is in :mod:`.wire`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar, Unpack
+from typing import Unpack
 
 import trio
 
 from ..._core.decision import DecisionRequest, DecisionResult
 from ..._core.decision_limits import DecisionLimits, check_request
-from ..._core.decision_wire import read_usage
 from ..._core.errors import ConfigError, DecisionError, ProviderError
 from ..._core.media import PreparedMedia, prepare_media
 from .._http.async_driver import LoopOptions, ProviderLoop
 from .._http.retry import Redactor, Reply, TransportError
 from .._http.rules import RetryPolicy
-from .wire import (
-    Decoded,
-    Kind,
-    Wire,
-    encode_question,
-    envelope_message,
-    read_answer_map,
-    status_kind,
-)
+from .codec import DecisionCodec, VendorCodec, VendorSpec
+from .wire import Kind, Wire
 
 #: One retry; the first waits 0.25–0.5 s (NeuroLink's ``2^n·250 + rand·250`` ms).
 DECISION_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=4.0, jitter=0.5)
 
 
-class HttpDecider:
-    """Base of every HTTP decision provider.
+class DecisionErrors:
+    """The provider loop's reading of a decider's failures (an
+    :class:`~.._http.retry.ErrorCodec`): refusals by the vendor's codec, the rest the same for
+    every vendor."""
 
-    Subclasses set the class attributes and override the codec hooks
-    (``_path``, ``_headers``, ``_encode``, ``_decode``, ``_error``,
-    ``_request_id``); the loop in :meth:`decide` is shared.
-
-    Args:
-        api_key: the vendor key; missing or blank fails each call as
-            ``authentication`` without a network call.
-        base_url: https, or http on loopback; never echoed in messages.
-        model: the model asked when a request does not name one.
-        options: the loop options (:class:`~._loop.LoopOptions`): ``timeout_s``
-            (default budget of one call, retries included; the provider's own
-            default, which may grow with the request, otherwise), ``retry``,
-            ``transport`` and ``rng``.
-
-    Raises:
-        ConfigError: a bad base URL, or a header value that is not printable ASCII.
-    """
-
-    #: Canonical provider name, used in results and events.
-    name: str
-    #: Human name in messages.
-    vendor: ClassVar[str]
-    default_model: ClassVar[str]
-    default_base_url: ClassVar[str | None] = None
-    #: Where the key comes from, for the missing-key message.
-    key_env: ClassVar[str]
-    limits: DecisionLimits = DecisionLimits()
-    #: Local servers (the logprob decider's) may need no key.
-    requires_key: ClassVar[bool] = True
-    #: The endpoint paths carry ``/v1`` already, so a base URL ending in ``/v1`` loses it.
-    strip_v1: ClassVar[bool] = False
-    #: The providers that do read media, named in a text-only vendor's refusal of media.
-    media_hint: ClassVar[str] = ""
-
-    def __init__(
-        self,
-        *,
-        api_key: str | None,
-        base_url: str | None = None,
-        model: str | None = None,
-        **options: Unpack[LoopOptions],
-    ) -> None:
-        self._api_key = (api_key or "").strip()
-        url = base_url or self.default_base_url
-        if not url:
-            raise ConfigError(f"{self.vendor} needs base_url (no public default endpoint)")
-        self.model = model or self.default_model
-        self._timeout_s = options.get("timeout_s")
-        headers = self._headers()
-        #: What this decider's codec words its errors with.
-        self.wire = Wire(
-            self.vendor, Redactor.for_headers(headers, [self._api_key]), self._request_id
-        )
-        self._loop = ProviderLoop.connect(
-            self._normalise_base_url(url),
-            self,
-            headers=headers,
-            redactor=self.wire.redact,
-            options=options,
-            retry=DECISION_RETRY,
-        )
-
-    # -- codec hooks -------------------------------------------------------
-
-    @classmethod
-    def _normalise_base_url(cls, url: str) -> str:
-        if cls.strip_v1:
-            url = url.rstrip("/")
-            return url.removesuffix("/v1")
-        return url
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-
-    def _path(self, model: str) -> str:
-        raise NotImplementedError
-
-    def _encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
-        """The request body in the System One (``noul``) vocabulary."""
-        body: dict[str, Any] = {
-            "model": model,
-            "state": request.state,
-            "questions": {k: encode_question(q, "noul") for k, q in request.questions.items()},
-        }
-        if media.images:
-            body["images"] = list(media.images)
-        if media.video:
-            body["video"] = media.video
-        return body
-
-    def _decode(self, payload: object, request: DecisionRequest, model: str) -> Decoded:
-        """Read a System One reply: ``{"model", "answers": {id: …}, "usage"}``."""
-        if not isinstance(payload, Mapping) or not isinstance(payload.get("answers"), Mapping):
-            raise DecisionError(
-                Kind.SERVER, f"{self.vendor} returned a response without an answers map."
-            )
-        answers = read_answer_map(self.wire, payload["answers"], request.questions)
-        resolved = payload.get("model")
-        return Decoded(
-            answers,
-            read_usage(payload.get("usage")),
-            resolved if isinstance(resolved, str) else model,
-        )
-
-    def _error(self, reply: Reply) -> DecisionError:
-        """The error a non-2xx reply stands for (kind from the status, message from the body)."""
-        kind = status_kind(reply.status)
-        return self._make_error(kind, reply, envelope_message(reply.json()))
-
-    def _request_id(self, headers: Mapping[str, str]) -> str | None:
-        return headers.get("x-request-id")
-
-    # -- the loop ----------------------------------------------------------
-
-    def _make_error(
-        self, kind: Kind, reply: Reply, message: str | None, *, retryable: bool | None = None
-    ) -> DecisionError:
-        return self.wire.refusal(kind, reply, message, retryable=retryable)
-
-    # -- the loop's codec (ErrorCodec) --------------------------------------
+    def __init__(self, codec: VendorCodec, wire: Wire) -> None:
+        self._codec = codec
+        self._wire = wire
 
     def refused(self, reply: Reply) -> ProviderError:
-        return self._error(reply)
+        return self._codec.error(reply, self._wire)
 
     def is_auth_failure(self, error: ProviderError) -> bool:
         return isinstance(error, DecisionError) and error.kind is Kind.AUTHENTICATION
@@ -172,7 +47,7 @@ class HttpDecider:
     def latched(self, cause: ProviderError) -> ProviderError:
         return DecisionError(
             Kind.AUTHENTICATION,
-            f"{self.vendor} rejected this API key earlier; not retrying. Fix the key and"
+            f"{self._wire.vendor} rejected this API key earlier; not retrying. Fix the key and"
             " construct a new provider.",
             status=cause.status,
         )
@@ -184,8 +59,8 @@ class HttpDecider:
         after = f" (last failure: {last})" if last is not None else ""
         return DecisionError(
             Kind.TIMEOUT,
-            self.wire.redact(
-                f"{self.vendor} did not answer within the {budget_s:.3g} s deadline.{after}"
+            self._wire.redact(
+                f"{self._wire.vendor} did not answer within the {budget_s:.3g} s deadline.{after}"
             ),
             retryable=True,
         )
@@ -200,13 +75,87 @@ class HttpDecider:
             retryable=True,
         )
 
+
+class HttpDecider:
+    """An HTTP decision provider: one vendor's codec on the shared loop.
+
+    Each vendor class (``LayaDecider``, ``XorDecider`` …) builds its codec and passes it here;
+    a new vendor needs only a codec (see :mod:`.codec`).
+
+    Args:
+        codec: the vendor's wire format and its :class:`~.codec.VendorSpec`.
+        api_key: the vendor key; missing or blank fails each call as
+            ``authentication`` without a network call (unless the vendor needs none).
+        base_url: https, or http on loopback; never echoed in messages.
+        model: the model asked when a request does not name one.
+        options: the loop options (:class:`~.._http.async_driver.LoopOptions`): ``timeout_s``
+            (default budget of one call, retries included; the provider's own
+            default, which may grow with the request, otherwise), ``retry``,
+            ``transport`` and ``rng``.
+
+    Raises:
+        ConfigError: a bad base URL, or a header value that is not printable ASCII.
+    """
+
+    #: Canonical provider name, used in results and events.
+    name: str
+    #: Human name in messages.
+    vendor: str
+    limits: DecisionLimits
+    #: The one-call codec (a per-question decider has a question codec instead).
+    _calls: DecisionCodec
+
+    def __init__(
+        self,
+        codec: DecisionCodec,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None:
+        self._calls = codec
+        self._connect(codec, api_key, base_url, model, options)
+
+    def _connect(
+        self,
+        codec: VendorCodec,
+        api_key: str | None,
+        base_url: str | None,
+        model: str | None,
+        options: LoopOptions,
+    ) -> None:
+        """What every decider sets up: names, key, wire, and the loop over a new client."""
+        spec: VendorSpec = codec.spec
+        self.name, self.vendor, self.limits = spec.name, spec.vendor, spec.limits
+        self._spec = spec
+        self._api_key = (api_key or "").strip()
+        url = base_url or spec.default_base_url
+        if not url:
+            raise ConfigError(f"{spec.vendor} needs base_url (no public default endpoint)")
+        self.model = model or spec.default_model
+        self._timeout_s = options.get("timeout_s")
+        headers = codec.headers(self._api_key)
+        #: What the codec words its errors with.
+        self.wire = Wire(
+            spec.vendor, Redactor.for_headers(headers, [self._api_key]), codec.request_id
+        )
+        self._loop = ProviderLoop.connect(
+            spec.base_url(url),
+            DecisionErrors(codec, self.wire),
+            headers=headers,
+            redactor=self.wire.redact,
+            options=options,
+            retry=DECISION_RETRY,
+        )
+
     def _prepare(self, request: DecisionRequest) -> PreparedMedia:
         return prepare_media(
             request.images,
             request.video,
             self.limits.media,
             vendor=self.vendor,
-            accepted=self.media_hint,
+            accepted=self._spec.media_hint,
         )
 
     async def aclose(self) -> None:
@@ -237,22 +186,23 @@ class HttpDecider:
         **Fail-open:** none here: this is the strict call that ``try_decide``
         and routing build on.
         """
+        codec = self._calls
         self._check_credentials()
         model = request.model or self.model
         state_tokens = check_request(request, self.limits, vendor=self.vendor, model=model)
         media = self._prepare(request)
-        body = self._encode(request, model, media)
+        body = codec.encode(request, model, media)
         self._check_size(body)
         timeout = self._budget_s(request, state_tokens)
         started = trio.current_time()
-        reply = await self._send(self._path(model), body, started + timeout, timeout)
-        decoded = self._decode(self._payload(reply), request, model)
+        reply = await self._send(codec.path(model), body, started + timeout, timeout)
+        decoded = codec.decode(self._payload(reply), request, model, self.wire)
         return DecisionResult(
             model=decoded.model,
             provider=self.name,
             answers=decoded.answers,
             usage=decoded.usage,
-            request_id=self._request_id(reply.headers),
+            request_id=self.wire.request_id(reply.headers),
             latency_ms=(trio.current_time() - started) * 1000.0,
             upstream_ms=_milliseconds(reply.headers.get("x-envoy-upstream-service-time")),
             media_bytes=media.media_bytes,
@@ -260,10 +210,10 @@ class HttpDecider:
 
     def _check_credentials(self) -> None:
         """Refuse, before any network call, when there is no key or the key was rejected."""
-        if self.requires_key and not self._api_key:
+        if self._spec.requires_key and not self._api_key:
             raise DecisionError(
                 Kind.AUTHENTICATION,
-                f"{self.vendor} has no API key. Set {self.key_env} or pass api_key=.",
+                f"{self.vendor} has no API key. Set {self._spec.key_env} or pass api_key=.",
             )
         self._loop.check_latch()
 
@@ -290,7 +240,7 @@ class HttpDecider:
                     f" {reply.excerpt()}"
                 ),
                 status=reply.status,
-                request_id=self._request_id(reply.headers),
+                request_id=self.wire.request_id(reply.headers),
             )
         return payload
 

@@ -1,5 +1,5 @@
-"""A scripted JSON server on 127.0.0.1: the one loopback helper of the generator, embedder and
-provider-loop tests (decision vendors have their own, :mod:`loopback.decision_vendors`).
+"""A scripted JSON server on 127.0.0.1 (:mod:`loopback.server`): the generator, embedder and
+provider-loop tests.
 
 Each request takes the next :class:`Scripted` reply (or the server's default) and is recorded
 as :class:`Seen`; a reply can carry any status, body and headers, hang, or drop the connection.
@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback.server import LoopbackServer, serving
 
 
 @dataclass
@@ -57,10 +58,8 @@ class Seen:
     payload: Any
 
 
-class ScriptedServer(ThreadingHTTPServer):
+class ScriptedServer(LoopbackServer):
     """Answers POSTs from a script; build it with :func:`serve_scripted`."""
-
-    daemon_threads = True
 
     def __init__(
         self,
@@ -69,28 +68,21 @@ class ScriptedServer(ThreadingHTTPServer):
         prefix: str = "",
         argument: Callable[[Any], Any] = lambda payload: payload,
     ) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.default = default
         self.prefix = prefix
         self.argument = argument
         self.script: deque[Scripted] = deque()
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
-        self.release = threading.Event()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{self.prefix}"
+        return self.root + self.prefix
 
     def then(self, *replies: Scripted) -> None:
         with self.lock:
             self.script.extend(replies)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up hangs up before the reply; that is the test working.
-        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
-            return
-        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -140,15 +132,7 @@ def serve_scripted(
         argument: what a callable scripted body is called with, from the request's JSON.
 
     Resource handling:
-        On exit, hanging replies are released, the accept loop stops and the socket closes.
+        As :func:`loopback.server.serving`: hanging replies are released on exit.
     """
-    server = ScriptedServer(default, prefix=prefix, argument=argument)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
+    with serving(ScriptedServer(default, prefix=prefix, argument=argument)) as server:
         yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from loopback.server import LoopbackServer, serving
+from .server import LoopbackServer, serving
 
 
 @dataclass

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolroute.providers import Embedder, _fast_tier
+from toolroute.providers import Embedder
+from toolroute.providers._embedders.fast_tier import tier as _fast_tier
 from toolroute.providers._embedders.fast_tier.tier import FastTier, _load
 from toolroute.providers._embedders.minilm import MiniLMEmbedder, default_embedder
 

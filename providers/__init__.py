@@ -4,23 +4,23 @@ from .._core.protocols import Decider as Decider
 from .._core.protocols import Embedder as Embedder
 from .._core.protocols import Generator as Generator
 from .._core.public import publish as _publish
-from ._decision_loop import HttpDecider as HttpDecider
-from ._default_decider import default_decider as default_decider
+from ._deciders.default import default_decider as default_decider
+from ._deciders.loop import HttpDecider as HttpDecider
+from ._deciders.vendors.clef import ClefDecider as ClefDecider
+from ._deciders.vendors.laya import LayaDecider as LayaDecider
+from ._deciders.vendors.logprob import LogprobDecider as LogprobDecider
+from ._deciders.vendors.openai_decisions import OpenAIDecisionsDecider as OpenAIDecisionsDecider
+from ._deciders.vendors.perplexity import PerplexityDecider as PerplexityDecider
+from ._deciders.vendors.scaledown import ScaleDownDecider as ScaleDownDecider
+from ._deciders.vendors.typesafe import TypeSafeDecider as TypeSafeDecider
+from ._deciders.vendors.xor import XorDecider as XorDecider
+from ._embedders.hashing import HashingEmbedder as HashingEmbedder
+from ._embedders.minilm import MiniLMEmbedder as MiniLMEmbedder
+from ._embedders.minilm import default_embedder as default_embedder
+from ._embedders.openai_compatible import OpenAIEmbedder as OpenAIEmbedder
 from ._generators import AnthropicGenerator as AnthropicGenerator
 from ._generators import OpenAICompatibleGenerator as OpenAICompatibleGenerator
-from ._hashing import HashingEmbedder as HashingEmbedder
-from ._minilm import MiniLMEmbedder as MiniLMEmbedder
-from ._minilm import default_embedder as default_embedder
-from ._openai_embeddings import OpenAIEmbedder as OpenAIEmbedder
-from ._rules import RetryPolicy as RetryPolicy
-from ._vendors.clef import ClefDecider as ClefDecider
-from ._vendors.laya import LayaDecider as LayaDecider
-from ._vendors.logprob import LogprobDecider as LogprobDecider
-from ._vendors.openai_decisions import OpenAIDecisionsDecider as OpenAIDecisionsDecider
-from ._vendors.perplexity import PerplexityDecider as PerplexityDecider
-from ._vendors.scaledown import ScaleDownDecider as ScaleDownDecider
-from ._vendors.typesafe import TypeSafeDecider as TypeSafeDecider
-from ._vendors.xor import XorDecider as XorDecider
+from ._http.rules import RetryPolicy as RetryPolicy
 
 __all__ = [
     "AnthropicGenerator",

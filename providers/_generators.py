@@ -1,6 +1,6 @@
 """Chat models that answer with JSON: OpenAI-compatible servers and Anthropic.
 
-Both classes are codecs on the one provider loop (:mod:`._loop`), the same
+Both classes are codecs on the one provider loop (:mod:`._http.async_driver`), the same
 the deciders use: at most ``retry.retries + 1`` attempts inside one trio
 deadline, 408/409/429/5xx retried unless ``x-should-retry`` says otherwise,
 ``retry-after-ms`` / ``Retry-After`` honoured only when it fits what is left of
@@ -14,28 +14,63 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, Unpack
+from typing import Any, Literal, Protocol, Unpack
 from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 from .._core.errors import ConfigError, ProviderError
 from .._core.json_text import extract_json
-from ._decision_loop import envelope_message
-from ._http import Reply
-from ._loop import LoopOptions, ProviderLoop
-from ._rules import RetryPolicy, is_retryable_status
+from ._deciders.wire import envelope_message
+from ._http.async_driver import LoopOptions, ProviderLoop
+from ._http.retry import Redactor, Reply, TransportError
+from ._http.rules import RetryPolicy, check_base_url, is_retryable_status, url_label
 
 #: One retry; back-off as in the openai/anthropic SDKs: 0.5 s doubling, 25 % jitter.
 GENERATOR_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=8.0, jitter=0.25)
 #: Budget of one call when ``timeout_s`` is not given.
 DEFAULT_TIMEOUT_S = 15.0
 
-_EXCERPT_CHARS = 200
+
+class ChatCodec(Protocol):
+    """One chat vendor's wire format, composed into :class:`_JsonGenerator`."""
+
+    @property
+    def vendor(self) -> str:
+        """Human name in messages."""
+        ...
+
+    @property
+    def scheme(self) -> str:
+        """Prefix of ``identity``."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """Where requests go, under the base URL."""
+        ...
+
+    @property
+    def needs_key(self) -> bool:
+        """Whether a call without an API key fails before the network."""
+        ...
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        """The headers of every request; ``api_key`` may be empty."""
+        ...
+
+    def body(self, model: str, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The request body asking ``model`` for JSON matching ``schema``."""
+        ...
+
+    def text(self, payload: Mapping[str, Any]) -> str | None:
+        """The answer text in a 2xx reply, or ``None`` when it has none."""
+        ...
 
 
 class _JsonGenerator:
-    """The retry loop and JSON extraction; subclasses encode and decode one vendor.
+    """A chat codec on the one provider loop, and the JSON extraction of its answers.
 
     Raises:
         ConfigError: a bad base URL, header value or timeout.
@@ -43,50 +78,42 @@ class _JsonGenerator:
     **Resource handling**: owns a connection pool; call :meth:`aclose`.
     """
 
-    #: Human name in messages.
-    vendor: ClassVar[str]
-    #: Prefix of ``identity``, and the path POSTed to under the base URL.
-    scheme: ClassVar[str]
-    path: ClassVar[str]
-    #: Whether a call without an API key fails before the network.
-    needs_key: ClassVar[bool] = False
     #: Model and endpoint; part of enrichment cache keys.
     identity: str
 
     def __init__(
-        self, model: str, api_key: str | None, base_url: str, options: LoopOptions
+        self,
+        codec: ChatCodec,
+        model: str,
+        api_key: str | None,
+        base_url: str,
+        options: LoopOptions,
     ) -> None:
         timeout_s = options.get("timeout_s")
         timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
             raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        self._codec = codec
+        self.vendor = codec.vendor
         self.model = model
         self._api_key = (api_key or "").strip()
         self._timeout_s = float(timeout_s)
+        headers = codec.headers(self._api_key)
+        self._redact = Redactor.for_headers(headers, [self._api_key])
+        self._label = url_label(check_base_url(base_url))
         self._loop = ProviderLoop.connect(
             base_url,
             self,
-            headers=self._headers(),
-            secret=self._api_key,
+            headers=headers,
+            redactor=self._redact,
             options=options,
             retry=GENERATOR_RETRY,
         )
-        self._client = self._loop.client
-        self.identity = f"{self.scheme}:{model}@{urlsplit(self._client.base_url).netloc}"
-
-    def _headers(self) -> dict[str, str]:
-        raise NotImplementedError
-
-    def _body(self, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _text(self, payload: Mapping[str, Any]) -> str | None:
-        """The answer text in a 2xx reply, or ``None`` when it has none."""
-        raise NotImplementedError
+        self.identity = f"{codec.scheme}:{model}@{urlsplit(check_base_url(base_url)).netloc}"
 
     async def aclose(self) -> None:
         """Release the connection pool. Idempotent."""
-        await self._client.aclose()
+        await self._loop.aclose()
 
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked.
@@ -109,17 +136,17 @@ class _JsonGenerator:
         **Fail-open:** none here; callers (re-rank, enrichment, the generative
         router) fail open on the ``ProviderError``.
         """
-        if self.needs_key and not self._api_key:
+        if self._codec.needs_key and not self._api_key:
             raise ProviderError(f"{self.vendor} has no API key; pass api_key=.")
         self._loop.check_latch()
         reply = await self._loop.send(
-            self.path,
-            self._body(prompt, schema),
+            self._codec.path,
+            self._codec.body(self.model, prompt, schema),
             deadline=trio.current_time() + self._timeout_s,
             budget_s=self._timeout_s,
         )
         payload = reply.json()
-        text = self._text(payload) if isinstance(payload, Mapping) else None
+        text = self._codec.text(payload) if isinstance(payload, Mapping) else None
         if text is None:
             raise self._error(
                 f"answered HTTP {reply.status} without an answer text: {self._quote(reply.body)}",
@@ -132,7 +159,7 @@ class _JsonGenerator:
                 f"answered with text that holds no JSON: {self._quote(text)}", reply.status
             ) from None
 
-    # -- the loop's codec (LoopCodec) ---------------------------------------
+    # -- the loop's codec (ErrorCodec) --------------------------------------
 
     def refused(self, reply: Reply) -> ProviderError:
         payload = reply.json()
@@ -152,7 +179,7 @@ class _JsonGenerator:
 
     def latched(self, cause: ProviderError) -> ProviderError:
         return ProviderError(
-            self._client.redact(
+            self._redact(
                 f"{self.vendor} rejected this API key earlier (HTTP {cause.status}); not"
                 " sent. Build a new generator with a valid key."
             ),
@@ -160,8 +187,8 @@ class _JsonGenerator:
             retryable=False,
         )
 
-    def unreachable(self, message: str) -> ProviderError:
-        return self._error(message, retryable=True)
+    def unreachable(self, failure: TransportError) -> ProviderError:
+        return self._error(str(failure), retryable=True)
 
     def too_late(self, budget_s: float, last: ProviderError | None) -> ProviderError:
         after = f" (last failure: {last})" if last is not None else ""
@@ -173,13 +200,11 @@ class _JsonGenerator:
     def _error(
         self, message: str, status: int | None = None, *, retryable: bool = False
     ) -> ProviderError:
-        text = self._client.redact(f"{self.vendor} ({self._client.label}) {message}")
+        text = self._redact(f"{self.vendor} ({self._label}) {message}")
         return ProviderError(text, status=status, retryable=retryable)
 
     def _cut(self, text: str) -> str:
-        # Redact before cutting, so a cut cannot leave half a secret unmatched.
-        text = " ".join(self._client.redact(text).split())
-        return text[:_EXCERPT_CHARS] + "…" if len(text) > _EXCERPT_CHARS else text
+        return self._redact.cut(text)
 
     def _quote(self, raw: str | bytes) -> str:
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
@@ -202,6 +227,46 @@ def _texts(content: object) -> str | None:
     return "".join(parts) if parts else None
 
 
+@attrs.frozen
+class OpenAIChatCodec:
+    """``POST chat/completions`` with ``response_format`` (see :class:`OpenAICompatibleGenerator`)."""
+
+    response_format: Literal["json_schema", "json_object"]
+    temperature: float
+    max_tokens: int
+    vendor: str = "OpenAI-compatible server"
+    scheme: str = "openai-compatible"
+    path: str = "chat/completions"
+    needs_key: bool = False
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def body(self, model: str, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        messages = [{"role": "user", "content": prompt}]
+        if self.response_format == "json_schema":
+            schema_spec = {"name": "answer", "schema": dict(schema), "strict": False}
+            fmt: dict[str, Any] = {"type": "json_schema", "json_schema": schema_spec}
+        else:
+            # json_object mode never sees the schema, and OpenAI wants "JSON" in a message.
+            messages.insert(0, {"role": "system", "content": _system_prompt(schema)})
+            fmt = {"type": "json_object"}
+        return {
+            "model": model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "response_format": fmt,
+        }
+
+    def text(self, payload: Mapping[str, Any]) -> str | None:
+        choices = payload.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            return None
+        message = choices[0].get("message")
+        return _texts(message.get("content")) if isinstance(message, Mapping) else None
+
+
 class OpenAICompatibleGenerator(_JsonGenerator):
     """A ``POST chat/completions`` server: OpenAI, vLLM, llama.cpp, Ollama, LiteLLM …
 
@@ -213,14 +278,10 @@ class OpenAICompatibleGenerator(_JsonGenerator):
             decoding (``strict: false``); ``json_object`` asks only for JSON
             and puts the schema in a system message instead.
         temperature, max_tokens: sampling options, sent as given.
-        options: the loop options (:class:`~._loop.LoopOptions`): ``timeout_s``
+        options: the loop options (:class:`~._http.async_driver.LoopOptions`): ``timeout_s``
             (budget of one call, retries and waits included; 15 s by default),
             ``retry``, ``transport`` and ``rng``.
     """
-
-    vendor = "OpenAI-compatible server"
-    scheme = "openai-compatible"
-    path = "chat/completions"
 
     def __init__(
         self,
@@ -240,34 +301,37 @@ class OpenAICompatibleGenerator(_JsonGenerator):
         self.response_format = response_format
         self.temperature = temperature
         self.max_tokens = max_tokens
-        super().__init__(model, api_key, base_url, options)
+        codec = OpenAIChatCodec(response_format, temperature, max_tokens)
+        super().__init__(codec, model, api_key, base_url, options)
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
-    def _body(self, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-        messages = [{"role": "user", "content": prompt}]
-        if self.response_format == "json_schema":
-            schema_spec = {"name": "answer", "schema": dict(schema), "strict": False}
-            fmt: dict[str, Any] = {"type": "json_schema", "json_schema": schema_spec}
-        else:
-            # json_object mode never sees the schema, and OpenAI wants "JSON" in a message.
-            messages.insert(0, {"role": "system", "content": _system_prompt(schema)})
-            fmt = {"type": "json_object"}
+@attrs.frozen
+class AnthropicCodec:
+    """Anthropic's ``POST /v1/messages``, the schema in the system prompt."""
+
+    max_tokens: int
+    temperature: float
+    vendor: str = "Anthropic"
+    scheme: str = "anthropic"
+    path: str = "v1/messages"
+    needs_key: bool = True
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        headers = {"anthropic-version": "2023-06-01"}
+        return {**headers, "x-api-key": api_key} if api_key else headers
+
+    def body(self, model: str, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
         return {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.temperature,
+            "model": model,
             "max_tokens": self.max_tokens,
-            "response_format": fmt,
+            "temperature": self.temperature,
+            "system": _system_prompt(schema),
+            "messages": [{"role": "user", "content": prompt}],
         }
 
-    def _text(self, payload: Mapping[str, Any]) -> str | None:
-        choices = payload.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-            return None
-        message = choices[0].get("message")
-        return _texts(message.get("content")) if isinstance(message, Mapping) else None
+    def text(self, payload: Mapping[str, Any]) -> str | None:
+        content = payload.get("content")
+        return _texts(content) if isinstance(content, list) else None
 
 
 class AnthropicGenerator(_JsonGenerator):
@@ -281,11 +345,6 @@ class AnthropicGenerator(_JsonGenerator):
             :class:`OpenAICompatibleGenerator`. 529 (overloaded) is retried, as every 5xx.
     """
 
-    vendor = "Anthropic"
-    scheme = "anthropic"
-    path = "v1/messages"
-    needs_key = True
-
     def __init__(
         self,
         *,
@@ -298,24 +357,7 @@ class AnthropicGenerator(_JsonGenerator):
     ) -> None:
         self.max_tokens = max_tokens
         self.temperature = temperature
-        super().__init__(model, api_key, base_url, options)
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"anthropic-version": "2023-06-01"}
-        return {**headers, "x-api-key": self._api_key} if self._api_key else headers
-
-    def _body(self, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "system": _system_prompt(schema),
-            "messages": [{"role": "user", "content": prompt}],
-        }
-
-    def _text(self, payload: Mapping[str, Any]) -> str | None:
-        content = payload.get("content")
-        return _texts(content) if isinstance(content, list) else None
+        super().__init__(AnthropicCodec(max_tokens, temperature), model, api_key, base_url, options)
 
 
 def _system_prompt(schema: Mapping[str, Any]) -> str:

@@ -264,8 +264,8 @@ def _fast_tier_service(
     """The fast tier for ``embedder``, if one can be built: the bundled MiniLM model's (the
     tier is its static token rows), with caching on (a first build distils the model for
     ~20-90 s of CPU; without a cache every start would pay it again)."""
-    from ..providers._fast_tier import FastTier
-    from ..providers._minilm import MiniLMEmbedder
+    from ..providers._embedders.fast_tier.tier import FastTier
+    from ..providers._embedders.minilm import MiniLMEmbedder
 
     directory = cache_directory(config)
     if not config.load.fast_tier or directory is None or not isinstance(embedder, MiniLMEmbedder):

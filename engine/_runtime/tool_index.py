@@ -74,7 +74,7 @@ class ToolIndex(RecallIndex):
 
             embedder = default_embedder()
         if int8_product is _DEFAULT:
-            from ..providers._int8_product import onnx_int8_product
+            from ..providers._embedders.int8_product import onnx_int8_product
 
             int8_product = onnx_int8_product
         super().__init__(

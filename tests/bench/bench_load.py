@@ -45,9 +45,9 @@ from toolroute._core.text import KEYWORD_TEXT_CHARS, MODEL_TEXT_CHARS, bounded, 
 from toolroute._core.vectors import Int8Index, VectorIndex, top_k
 from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
-from toolroute.providers._fast_tier import FastTier
-from toolroute.providers._int8_product import onnx_int8_product
-from toolroute.providers._minilm import MiniLMEmbedder
+from toolroute.providers._embedders.fast_tier.tier import FastTier
+from toolroute.providers._embedders.int8_product import onnx_int8_product
+from toolroute.providers._embedders.minilm import MiniLMEmbedder
 from toolroute.stores import EmbeddingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -31,7 +31,7 @@ from toolroute._core.text import embedding_text
 from toolroute._core.vectors import INT8_FROM, int8_index, top_k
 from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
-from toolroute.providers._int8_product import onnx_int8_product
+from toolroute.providers._embedders.int8_product import onnx_int8_product
 from toolroute.stores import EmbeddingCache
 
 HERE = Path(__file__).resolve().parent

@@ -19,7 +19,7 @@ from bench_load import hit_at_5
 from toolroute import Catalog, ToolIndex
 from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
-from toolroute.providers._fast_tier import FastTier
+from toolroute.providers._embedders.fast_tier.tier import FastTier
 
 STEPS = (0, 25, 50, 100, 200, 400, 800)
 

@@ -30,8 +30,8 @@ from toolroute import Catalog, EngineConfig, Outcome, ToolIndex
 from toolroute._core.config import LoadConfig, WarmupConfig
 from toolroute._runtime.engine import Engine, open_engine
 from toolroute.evaluate import load_queries
-from toolroute.providers._fast_tier import FastTier
-from toolroute.providers._minilm import MiniLMEmbedder
+from toolroute.providers._embedders.fast_tier.tier import FastTier
+from toolroute.providers._embedders.minilm import MiniLMEmbedder
 from toolroute.stores import EmbeddingCache
 
 DATASETS = ("metatool", "bfcl")

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolroute.providers import Embedder, _fast_tier
-from toolroute.providers._fast_tier import FastTier, _load
-from toolroute.providers._minilm import MiniLMEmbedder, default_embedder
+from toolroute.providers import Embedder
+from toolroute.providers._embedders.fast_tier import tier as _fast_tier
+from toolroute.providers._embedders.fast_tier.tier import FastTier, _load
+from toolroute.providers._embedders.minilm import MiniLMEmbedder, default_embedder
 
 pytestmark = pytest.mark.slow
 

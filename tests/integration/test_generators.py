@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 import secrets
 import string
-import sys
-import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
 import trio
 import trio.testing
+from loopback.scripted import Scripted, ScriptedServer, serve_scripted
 
 from toolroute import ConfigError, ProviderError
 from toolroute.providers import (
@@ -75,101 +71,20 @@ def anthropic_error(error_type: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-@dataclass
-class Script:
-    status: int = 200
-    #: JSON-able or raw bytes; None = the vendor's success body for ANSWER.
-    body: object = None
-    headers: dict[str, str] = field(default_factory=dict)
-    #: Hold the response this long (released early when the fixture shuts down).
-    hang_s: float = 0.0
-    #: Close the connection without any response.
-    drop: bool = False
+Script = Scripted
+FakeVendor = ScriptedServer
 
 
-@dataclass
-class Seen:
-    at: float
-    path: str
-    headers: dict[str, str]
-    payload: Any
-
-
-class FakeVendor(ThreadingHTTPServer):
-    """Serves ``/v1/chat/completions`` and ``/v1/messages`` from a script of replies."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script: deque[Script] = deque()
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.release = threading.Event()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def then(self, *replies: Script) -> None:
-        with self.lock:
-            self.script.extend(replies)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up hangs up before the reply; that is the test working.
-        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: FakeVendor
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        with self.server.lock:
-            self.server.seen.append(
-                Seen(
-                    time.monotonic(),
-                    self.path,
-                    {k.lower(): v for k, v in self.headers.items()},
-                    json.loads(raw),
-                )
-            )
-            reply = self.server.script.popleft() if self.server.script else Script()
-        if reply.hang_s:
-            self.server.release.wait(reply.hang_s)
-        if reply.drop:
-            return
-        body = reply.body
-        if body is None:
-            text = json.dumps(ANSWER)
-            body = messages(text) if self.path.endswith("/messages") else chat(text)
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+def answer(path: str, _payload: object) -> object:
+    """The vendor's success body for ANSWER, in the path's wire format."""
+    text = json.dumps(ANSWER)
+    return messages(text) if path.endswith("/messages") else chat(text)
 
 
 @pytest.fixture
 def server() -> Iterator[FakeVendor]:
-    srv = FakeVendor()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
+    with serve_scripted(answer) as srv:
         yield srv
-    finally:
-        srv.release.set()
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 Made = OpenAICompatibleGenerator | AnthropicGenerator

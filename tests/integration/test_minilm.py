@@ -14,8 +14,9 @@ import pytest
 
 from toolroute import EmbedderError, ModelIntegrityError
 from toolroute._core.text import MODEL_TEXT_CHARS, bounded
-from toolroute.providers import Embedder, _minilm
-from toolroute.providers._minilm import (
+from toolroute.providers import Embedder
+from toolroute.providers._embedders import minilm as _minilm
+from toolroute.providers._embedders.minilm import (
     MINILM_MODEL_SHA256,
     MINILM_TOKENIZER_SHA256,
     MiniLMEmbedder,

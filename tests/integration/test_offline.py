@@ -32,7 +32,7 @@ def hook(event, args):
 
 sys.addaudithook(hook)
 
-from toolroute.providers._minilm import default_embedder
+from toolroute.providers._embedders.minilm import default_embedder
 
 vectors = default_embedder().embed(["is this offline?"])
 print(json.dumps({"events": events, "shape": list(vectors.shape)}))

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import socket
-import sys
-import threading
 import time
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import pytest
+from loopback.scripted import Scripted, ScriptedServer, serve_scripted
 
 from toolroute import ConfigError, ProviderError
 from toolroute.providers import Embedder, RetryPolicy
-from toolroute.providers._openai_embeddings import OpenAIEmbedder
+from toolroute.providers._embedders.openai_compatible import OpenAIEmbedder
 
 DIM = 4
 # No generic credential shape: only configured-key redaction can hide it.
@@ -54,92 +50,26 @@ def error_body(message: str, type_: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
 
-@dataclass
-class Reply:
-    status: int = 200
-    #: JSON-able, raw bytes, or a function of the request's input texts; None = success.
-    body: object = None
-    headers: dict[str, str] = field(default_factory=dict)
-    #: Hold the response this long (released early when the fixture shuts down).
-    hang_s: float = 0.0
+Reply = Scripted
+FakeOpenAI = ScriptedServer
 
 
-@dataclass
-class Seen:
-    at: float
-    path: str
-    headers: dict[str, str]
-    payload: Any
-
-
-class FakeOpenAI(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script: deque[Reply] = deque()
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.release = threading.Event()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def then(self, *replies: Reply) -> None:
-        with self.lock:
-            self.script.extend(replies)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out hangs up before the reply; that is the test working.
-        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: FakeOpenAI
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        payload = json.loads(raw)
-        with self.server.lock:
-            self.server.seen.append(
-                Seen(time.monotonic(), self.path, dict(self.headers.items()), payload)
-            )
-            reply = self.server.script.popleft() if self.server.script else Reply()
-        if reply.hang_s:
-            self.server.release.wait(reply.hang_s)
-        body: object = reply.body
-        if body is None:
-            body = success_body(payload["input"])
-        elif callable(body):
-            body = body(payload["input"])
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+@contextmanager
+def embedding_server() -> Iterator[FakeOpenAI]:
+    """OpenAI's ``/v1/embeddings``: unscripted replies embed the input; a callable body is
+    called with the input texts."""
+    with serve_scripted(
+        lambda _path, payload: success_body(payload["input"]),
+        prefix="/v1",
+        argument=lambda payload: payload["input"],
+    ) as srv:
+        yield srv
 
 
 @pytest.fixture
 def server() -> Iterator[FakeOpenAI]:
-    srv = FakeOpenAI()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
+    with embedding_server() as srv:
         yield srv
-    finally:
-        srv.release.set()
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

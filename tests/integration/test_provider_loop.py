@@ -1,22 +1,20 @@
 """One retry policy for every remote client: a decider, a generator and the embedder.
 
-Each rule of the shared policy (``toolroute.providers._rules``) is checked on all
+Each rule of the shared policy (``toolroute.providers._http.rules``) is checked on all
 three against real loopback servers: which statuses are retried, ``x-should-retry``,
 ``retry-after-ms``, and the base-URL rule.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from loopback.decision_vendors import Fault, serve_vendor
-from test_openai_embedder import FakeOpenAI
-from test_openai_embedder import Reply as EmbeddingReply
+from loopback.scripted import Scripted as EmbeddingReply
+from test_openai_embedder import embedding_server
 
 from toolroute import ConfigError, ProviderError
 from toolroute.decisions import BooleanQuestion, DecisionRequest
@@ -33,20 +31,6 @@ FAST = RetryPolicy(retries=1, backoff_s=0.05, max_backoff_s=0.05, jitter=0.0)
 REQUEST = DecisionRequest(state="s", questions={"q": BooleanQuestion("Is it?")})
 
 Call = Callable[[], Awaitable[object]]
-
-
-@contextmanager
-def embedding_server() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 async def through_decider(status: int, headers: dict[str, str]) -> tuple[int, Exception | None]:

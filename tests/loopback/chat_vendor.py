@@ -9,8 +9,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .server import LoopbackServer, serving
 
 
 @dataclass
@@ -24,31 +26,21 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class Vendor(ThreadingHTTPServer):
+class Vendor(LoopbackServer):
     """OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` on 127.0.0.1."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _VendorHandler)
+        super().__init__(_VendorHandler)
         self.script: deque[Answer] = deque()
         #: The reply once the script is used up.
         self.default = Answer()
         self.prompts: list[str] = []
         self.paths: list[str] = []
         self.lock = threading.Lock()
-        self.release = threading.Event()
-
-    @property
-    def root(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
     def then(self, *answers: Answer) -> None:
         with self.lock:
             self.script.extend(answers)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up hangs up early: that is the test working
 
 
 class _VendorHandler(BaseHTTPRequestHandler):
@@ -91,13 +83,5 @@ class _VendorHandler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def serve_chat() -> Iterator[Vendor]:
     """Serve a scripted chat model for the ``with`` block; hanging replies are released."""
-    server = Vendor()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-    try:
+    with serving(Vendor()) as server:
         yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolroute.providers._fast_tier import FastTier, FastTierStopped
-from toolroute.providers._minilm import default_embedder
+from toolroute.providers._embedders.fast_tier.tier import FastTier, FastTierStopped
+from toolroute.providers._embedders.minilm import default_embedder
 
 
 def test_a_build_asked_to_stop_stops_before_the_next_batch(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute.providers import Embedder
-from toolroute.providers._hashing import HashingEmbedder
+from toolroute.providers._embedders.hashing import HashingEmbedder
 
 texts_st = st.lists(st.text(max_size=60), max_size=8)
 

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, ProviderError
-from toolroute.providers._http import JsonClient
-from toolroute.providers._rules import (
+from toolroute.providers._http.rules import (
     REDACTED,
     GiveUp,
     Retry,
@@ -24,6 +23,7 @@ from toolroute.providers._rules import (
     plan_retry,
     redact,
 )
+from toolroute.providers._http.transport import JsonClient
 
 NOW = 1_700_000_000.0
 

@@ -10,7 +10,11 @@ Rules (docs/DESIGN.md, "Inside"):
   (``_routing`` may also import ``_decisions``);
 - ``toolroute.providers`` imports only ``_core`` (and itself);
 - ``_runtime`` and the public modules import anything but ``_cli`` (``__main__`` runs it);
-- exactly one module imports httpx (``providers/_http.py``);
+- exactly one module imports httpx (``providers/_http/transport.py``);
+- the providers' pure parts (the retry rules and core, the codec protocols and helpers)
+  import neither trio nor httpx nor the modules that do, and read no clock of their own;
+- vendor codecs reach the network only through the decision loop: no vendor module imports
+  the HTTP module;
 - nothing installed imports the test tree or edits ``sys.path``;
 - no import cycles between modules, counting imports made only for type checkers;
 - layer folders have an ``__init__.py`` that imports nothing.
@@ -113,7 +117,24 @@ OS_PATH_FILE_CALLS = {
 }
 #: The one core module that reads files (those the caller named).
 CORE_FILES = "toolroute._core.files"
-HTTPX_IMPORTER = "toolroute.providers._http"
+HTTPX_IMPORTER = "toolroute.providers._http.transport"
+#: Provider modules that decide without I/O: the drivers (sync and async) carry them out.
+PROVIDERS_PURE = {
+    "toolroute.providers._http.rules",
+    "toolroute.providers._http.retry",
+    "toolroute.providers._http.plain_errors",
+    "toolroute.providers._deciders.codec",
+    "toolroute.providers._deciders.wire",
+}
+#: What the pure provider modules must not import.
+PROVIDERS_IO = {
+    "trio",
+    "httpx",
+    "time",
+    "toolroute.providers._http.transport",
+    "toolroute.providers._http.async_driver",
+}
+VENDORS = "toolroute.providers._deciders.vendors"
 
 
 @attrs.frozen
@@ -298,6 +319,22 @@ def test_exactly_one_module_imports_httpx() -> None:
     assert importers == {HTTPX_IMPORTER}
 
 
+def provider_purity_violations(found: list[Import] | None = None) -> Iterator[str]:
+    for imp in imports() if found is None else found:
+        if imp.source in PROVIDERS_PURE and (
+            imp.target in PROVIDERS_IO or imp.target.split(".")[0] in PROVIDERS_IO
+        ):
+            yield f"{where(imp)}: {imp.source} imports {imp.target} (it decides, it does no I/O)"
+        if imp.source.startswith(VENDORS + ".") and imp.target == HTTPX_IMPORTER:
+            yield f"{where(imp)}: a vendor codec imports {imp.target} (only the loop sends)"
+
+
+def test_the_providers_pure_parts_do_no_io_and_vendors_do_not_send() -> None:
+    assert set(modules()) >= PROVIDERS_PURE, sorted(PROVIDERS_PURE - set(modules()))
+    violations = list(provider_purity_violations())
+    assert not violations, report(violations)
+
+
 def test_nothing_installed_imports_the_tests_or_edits_sys_path() -> None:
     test_names = {"tests", "conftest"} | {
         path.stem if path.name != "__init__.py" else path.parent.name
@@ -440,5 +477,11 @@ def test_the_checks_catch_what_they_look_for() -> None:
         "toolroute._core",
     ]
     assert layer("toolroute._core.catalog") == "_core"
-    assert layer("toolroute.providers._http") == "providers"
+    assert layer("toolroute.providers._http.transport") == "providers"
+    # The purity rule fires on a pure module importing trio or the HTTP module.
+    fake = [
+        Import("toolroute.providers._http.retry", "trio", 1, False),
+        Import("toolroute.providers._deciders.vendors.xor", HTTPX_IMPORTER, 1, True),
+    ]
+    assert len(list(provider_purity_violations(fake))) == len(fake)
     assert layer("toolroute.__main__") == "public"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolroute.providers._ridge import RidgeStats, SpaceMap, solve
+from toolroute.providers._embedders.fast_tier.ridge import RidgeStats, SpaceMap, solve
 
 VOCAB, DIM = 40, 6
 

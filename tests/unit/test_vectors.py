@@ -22,7 +22,7 @@ from toolroute._core.vectors import (
     quantize_rows,
     top_k,
 )
-from toolroute.providers._int8_product import onnx_int8_product
+from toolroute.providers._embedders.int8_product import onnx_int8_product
 
 
 def f32(*values: float) -> np.ndarray:

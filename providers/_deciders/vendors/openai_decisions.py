@@ -19,7 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
-from ..._core.decision import (
+import attrs
+
+from ...._core.decision import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -29,21 +31,16 @@ from ..._core.decision import (
     Question,
     ScoreQuestion,
 )
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from ..._core.errors import ConfigError, DecisionError
-from ..._core.media import PreparedMedia
-from .._decision_loop import (
-    Decoded,
-    HttpDecider,
-    Kind,
-    envelope_message,
-    json_text,
-    misaligned,
-    state_text,
-)
-from .._http import Reply
-from .._loop import LoopOptions
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ...._core.errors import ConfigError, DecisionError
+from ...._core.media import PreparedMedia
+from ..._http.async_driver import LoopOptions
+from ..._http.retry import Reply
+from ..codec import VendorSpec, bearer_headers
+from ..loop import HttpDecider
+from ..wire import Decoded, Kind, Wire, envelope_message, json_text, misaligned, state_text
+from .media_readers import MEDIA_READERS
 
 #: Longest ``safety_identifier`` OpenAI accepts.
 MAX_SAFETY_IDENTIFIER = 128
@@ -60,7 +57,7 @@ _CONTEXT = re.compile(
 )
 
 
-def openai_error(decider: HttpDecider, reply: Reply) -> DecisionError:
+def openai_error(wire: Wire, reply: Reply) -> DecisionError:
     """The error an OpenAI-shaped reply stands for: ``{"error": {message, type, code, param}}``.
 
     - 401 → ``authentication`` (latches the provider);
@@ -104,7 +101,7 @@ def openai_error(decider: HttpDecider, reply: Reply) -> DecisionError:
         kind = Kind.SERVER
     else:
         kind = Kind.INVALID_REQUEST
-    return decider._make_error(kind, reply, message, retryable=retryable)
+    return wire.refusal(kind, reply, message, retryable=retryable)
 
 
 def _score_labels(levels: Sequence[JSON], *, vendor: str) -> tuple[list[dict[str, str]], list[str]]:
@@ -243,6 +240,114 @@ def _score_answer(raw: Mapping[str, Any], question: ScoreQuestion, legend: Seque
     return read_answer(converted, question)
 
 
+SPEC = VendorSpec(
+    name="openai-decisions",
+    vendor="OpenAI Decisions",
+    default_model="gpt-6-luna",
+    default_base_url="https://api.openai.com",
+    key_env="OPENAI_API_KEY (explicit selection only)",
+    limits=DecisionLimits(
+        max_questions=200,
+        media=MediaLimits(max_images=128, video=False, max_request_bytes=32 * 1024 * 1024),
+        timeout_s=10.0,
+        per_question_s=0.05,
+    ),
+    strip_v1=True,
+    media_hint=MEDIA_READERS,
+)
+
+
+@attrs.frozen
+class OpenAIDecisionsCodec:
+    """OpenAI's decisions format: questions as an ordered array, answers read by position.
+
+    Attributes:
+        safety_identifier: sent with every request when set.
+    """
+
+    safety_identifier: str | None = None
+    spec: VendorSpec = SPEC
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return bearer_headers(api_key)
+
+    def path(self, model: str) -> str:
+        return "/v1/decisions"
+
+    def encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
+        text = state_text(request.state, vendor=self.spec.vendor)
+        input_: object = text
+        if media.images:
+            content: list[dict[str, str]] = []
+            if text:
+                content.append({"type": "input_text", "text": text})
+            content.extend({"type": "input_image", "image_url": url} for url in media.images)
+            input_ = [{"type": "message", "role": "user", "content": content}]
+        body: dict[str, Any] = {
+            "model": model,
+            "input": input_,
+            "questions": [
+                encode_decision_question(key, question, vendor=self.spec.vendor)
+                for key, question in request.questions.items()
+            ],
+        }
+        if self.safety_identifier is not None:
+            body["safety_identifier"] = self.safety_identifier
+        return body
+
+    def decode(self, payload: object, request: DecisionRequest, model: str, wire: Wire) -> Decoded:
+        raw_answers = payload.get("answers") if isinstance(payload, Mapping) else None
+        if not isinstance(raw_answers, list):
+            raise DecisionError(
+                Kind.SERVER, f"{wire.vendor} returned a response without an answers array."
+            )
+        assert isinstance(payload, Mapping)
+        questions = list(request.questions.items())
+        if len(raw_answers) != len(questions):
+            raise misaligned(wire, f"{len(raw_answers)} answers for {len(questions)} questions")
+        for index, ((key, _question), raw) in enumerate(zip(questions, raw_answers, strict=True)):
+            echoed = raw.get("name") if isinstance(raw, Mapping) else None
+            if echoed is not None and echoed != key:
+                shown = repr(echoed[:40]) if isinstance(echoed, str) else type(echoed).__name__
+                raise misaligned(
+                    wire,
+                    f"answer {index} is named {shown}, but question {key!r} was sent there",
+                )
+        answers: dict[str, Answer] = {}
+        for (key, question), raw in zip(questions, raw_answers, strict=True):
+            if isinstance(raw, Mapping) and raw.get("type") == "refusal":
+                logger.warning("%s refused to answer question %r.", wire.vendor, key)
+                continue
+            try:
+                answers[key] = self._read(raw, question)
+            except MalformedAnswer as exc:
+                logger.warning(
+                    wire.redact(f"{wire.vendor}: dropped the answer to question {key!r}: {exc}")
+                )
+        resolved = payload.get("model")
+        return Decoded(
+            answers,
+            read_usage(payload.get("usage")),
+            resolved if isinstance(resolved, str) and resolved else model,
+        )
+
+    def _read(self, raw: object, question: Question) -> Answer:
+        if not isinstance(raw, Mapping):
+            raise MalformedAnswer(f"expected an answer object, got {raw!r}")
+        if isinstance(question, ChoiceQuestion):
+            return _choice_answer(raw, question)
+        if isinstance(question, ScoreQuestion):
+            _levels, legend = _score_labels(question.levels, vendor=self.spec.vendor)
+            return _score_answer(raw, question, legend)
+        return read_answer(raw, question)
+
+    def error(self, reply: Reply, wire: Wire) -> DecisionError:
+        return openai_error(wire, reply)
+
+    def request_id(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-request-id")
+
+
 class OpenAIDecisionsDecider(HttpDecider):
     """OpenAI Decisions: ``POST {base}/v1/decisions`` (public beta), images included.
 
@@ -290,17 +395,9 @@ class OpenAIDecisionsDecider(HttpDecider):
             (OpenAI suggests a hash), 1–128 characters; sent with every request.
     """
 
-    name = "openai-decisions"
-    vendor = "OpenAI Decisions"
-    default_model = "gpt-6-luna"
-    default_base_url = "https://api.openai.com"
-    key_env = "OPENAI_API_KEY (explicit selection only)"
-    limits = DecisionLimits(
-        max_questions=200,
-        media=MediaLimits(max_images=128, video=False, max_request_bytes=32 * 1024 * 1024),
-        timeout_s=10.0,
-        per_question_s=0.05,
-    )
+    name = SPEC.name
+    vendor = SPEC.vendor
+    limits = SPEC.limits
 
     def __init__(
         self,
@@ -322,84 +419,9 @@ class OpenAIDecisionsDecider(HttpDecider):
             )
         self.safety_identifier = safety_identifier
         super().__init__(
+            OpenAIDecisionsCodec(safety_identifier),
             api_key=api_key,
             base_url=base_url,
             model=model,
             **options,
         )
-
-    strip_v1 = True
-
-    def _path(self, model: str) -> str:
-        return "/v1/decisions"
-
-    def _encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
-        text = state_text(request.state, vendor=self.vendor)
-        input_: object = text
-        if media.images:
-            content: list[dict[str, str]] = []
-            if text:
-                content.append({"type": "input_text", "text": text})
-            content.extend({"type": "input_image", "image_url": url} for url in media.images)
-            input_ = [{"type": "message", "role": "user", "content": content}]
-        body: dict[str, Any] = {
-            "model": model,
-            "input": input_,
-            "questions": [
-                encode_decision_question(key, question, vendor=self.vendor)
-                for key, question in request.questions.items()
-            ],
-        }
-        if self.safety_identifier is not None:
-            body["safety_identifier"] = self.safety_identifier
-        return body
-
-    def _decode(self, payload: object, request: DecisionRequest, model: str) -> Decoded:
-        raw_answers = payload.get("answers") if isinstance(payload, Mapping) else None
-        if not isinstance(raw_answers, list):
-            raise DecisionError(
-                Kind.SERVER, f"{self.vendor} returned a response without an answers array."
-            )
-        assert isinstance(payload, Mapping)
-        questions = list(request.questions.items())
-        if len(raw_answers) != len(questions):
-            raise misaligned(self, f"{len(raw_answers)} answers for {len(questions)} questions")
-        for index, ((key, _question), raw) in enumerate(zip(questions, raw_answers, strict=True)):
-            echoed = raw.get("name") if isinstance(raw, Mapping) else None
-            if echoed is not None and echoed != key:
-                shown = repr(echoed[:40]) if isinstance(echoed, str) else type(echoed).__name__
-                raise misaligned(
-                    self, f"answer {index} is named {shown}, but question {key!r} was sent there"
-                )
-        answers: dict[str, Answer] = {}
-        for (key, question), raw in zip(questions, raw_answers, strict=True):
-            if isinstance(raw, Mapping) and raw.get("type") == "refusal":
-                logger.warning("%s refused to answer question %r.", self.vendor, key)
-                continue
-            try:
-                answers[key] = self._read(raw, question)
-            except MalformedAnswer as exc:
-                logger.warning(
-                    self._client.redact(
-                        f"{self.vendor}: dropped the answer to question {key!r}: {exc}"
-                    )
-                )
-        resolved = payload.get("model")
-        return Decoded(
-            answers,
-            read_usage(payload.get("usage")),
-            resolved if isinstance(resolved, str) and resolved else model,
-        )
-
-    def _read(self, raw: object, question: Question) -> Answer:
-        if not isinstance(raw, Mapping):
-            raise MalformedAnswer(f"expected an answer object, got {raw!r}")
-        if isinstance(question, ChoiceQuestion):
-            return _choice_answer(raw, question)
-        if isinstance(question, ScoreQuestion):
-            _levels, legend = _score_labels(question.levels, vendor=self.vendor)
-            return _score_answer(raw, question, legend)
-        return read_answer(raw, question)
-
-    def _error(self, reply: Reply) -> DecisionError:
-        return openai_error(self, reply)

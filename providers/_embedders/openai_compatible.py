@@ -19,10 +19,10 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from .._core.errors import ConfigError, ProviderError
-from ._http import JsonClient, Transport
-from ._rules import RetryPolicy, check_base_url
-from ._rules import number_check as _number
+from ..._core.errors import ConfigError, ProviderError
+from .._http.rules import RetryPolicy, check_base_url
+from .._http.rules import number_check as _number
+from .._http.transport import JsonClient, Transport
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

@@ -6,16 +6,16 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core.errors import ConfigError
-from ._decision_loop import HttpDecider
-from ._vendors.clef import ClefDecider
-from ._vendors.laya import LayaDecider
-from ._vendors.logprob import LogprobDecider
-from ._vendors.openai_decisions import OpenAIDecisionsDecider
-from ._vendors.perplexity import PerplexityDecider
-from ._vendors.scaledown import ScaleDownDecider
-from ._vendors.typesafe import TypeSafeDecider
-from ._vendors.xor import XorDecider
+from ..._core.errors import ConfigError
+from .loop import HttpDecider
+from .vendors.clef import ClefDecider
+from .vendors.laya import LayaDecider
+from .vendors.logprob import LogprobDecider
+from .vendors.openai_decisions import OpenAIDecisionsDecider
+from .vendors.perplexity import PerplexityDecider
+from .vendors.scaledown import ScaleDownDecider
+from .vendors.typesafe import TypeSafeDecider
+from .vendors.xor import XorDecider
 
 Env = Mapping[str, str]
 

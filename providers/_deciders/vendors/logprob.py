@@ -13,14 +13,25 @@ import math
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from ..._core.decision import BooleanAnswer, BooleanQuestion, ChoiceQuestion, Question, Usage
-from ..._core.decision_limits import DecisionLimits
-from ..._core.decision_wire import logger
-from ..._core.errors import ConfigError, DecisionError
-from .._decision_loop import Kind, json_text
-from .._http import Reply
-from .._loop import LoopOptions
-from .._per_question import PerQuestionDecider, QuestionReply
+import attrs
+
+from ...._core.decision import (
+    BooleanAnswer,
+    BooleanQuestion,
+    ChoiceQuestion,
+    DecisionRequest,
+    Question,
+    Usage,
+)
+from ...._core.decision_limits import DecisionLimits
+from ...._core.decision_wire import logger
+from ...._core.errors import ConfigError, DecisionError
+from ..._http.async_driver import LoopOptions
+from ..._http.retry import Reply
+from ..codec import QuestionReply, VendorSpec, bearer_headers
+from ..per_question import PerQuestionDecider
+from ..wire import Kind, Wire, json_text
+from .media_readers import MEDIA_READERS
 from .openai_decisions import openai_error
 
 #: OpenAI's ceiling on ``top_logprobs``.
@@ -51,6 +62,125 @@ def user_prompt(state: str, question: BooleanQuestion) -> str:
             )
     lines.append("Answer yes or no.")
     return "\n".join(lines)
+
+
+SPEC = VendorSpec(
+    name="logprob",
+    vendor="Logprob decider",
+    default_model="",
+    default_base_url="https://api.openai.com/v1",
+    key_env="TOOLROUTE_LOGPROB_API_KEY",
+    requires_key=False,
+    limits=DecisionLimits(max_questions=64, timeout_s=10.0, per_question_s=0.5),
+    media_hint=MEDIA_READERS,
+)
+
+
+@attrs.frozen
+class LogprobCodec:
+    """One chat completion per boolean question, read from the next token's logprobs.
+
+    Attributes:
+        top_logprobs: top tokens asked for.
+        floor: the least probability ``yes`` and ``no`` must hold together.
+    """
+
+    top_logprobs: int
+    floor: float
+    spec: VendorSpec = SPEC
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return bearer_headers(api_key)
+
+    def model_for(self, request: DecisionRequest, default: str) -> str:
+        return request.model or default
+
+    def path(self, model: str) -> str:
+        return "chat/completions"
+
+    def check_question(self, key: str, question: Question) -> None:
+        if not isinstance(question, BooleanQuestion):
+            kind = "choice" if isinstance(question, ChoiceQuestion) else "score"
+            raise DecisionError(
+                Kind.INVALID_REQUEST,
+                f"The logprob decider answers boolean questions only; question {key!r} is a"
+                f" {kind} question. Ask it of a provider that answers choice and score"
+                f" questions: {_TYPED_PROVIDERS}.",
+            )
+
+    def question_body(self, text: str, question: Question, model: str) -> object:
+        assert isinstance(question, BooleanQuestion)  # check_question ran first
+        return {
+            "model": model,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": user_prompt(text, question)},
+            ],
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": self.top_logprobs,
+        }
+
+    def read_reply(
+        self, payload: object, key: str, question: Question, model: str, wire: Wire
+    ) -> QuestionReply:
+        usage = _chat_usage(payload.get("usage") if isinstance(payload, Mapping) else None)
+        resolved = payload.get("model") if isinstance(payload, Mapping) else None
+        resolved = resolved if isinstance(resolved, str) and resolved else None
+        top = _top_logprobs(payload)
+        if top is None:
+            raise DecisionError(Kind.SERVER, _NO_LOGPROBS.format(vendor=wire.vendor))
+        yes = no = 0.0
+        for entry in top:
+            token = entry.get("token") if isinstance(entry, Mapping) else None
+            logprob = entry.get("logprob") if isinstance(entry, Mapping) else None
+            if (
+                not isinstance(token, str)
+                or isinstance(logprob, bool)
+                or not isinstance(logprob, int | float)
+                or math.isnan(logprob)
+                or logprob > 0
+            ):
+                # The entry is the server's text: redacted like every other vendor message.
+                logger.warning(
+                    wire.redact(
+                        f"{wire.vendor}: dropped the answer to question {key!r}:"
+                        f" malformed top_logprobs entry {entry!r}."
+                    )
+                )
+                return QuestionReply(None, usage, resolved)
+            word = token.strip().lower()
+            if word == "yes":
+                yes += math.exp(logprob)
+            elif word == "no":
+                no += math.exp(logprob)
+        if yes + no <= 0.0:
+            logger.warning(
+                "%s: question %r unanswered: neither 'yes' nor 'no' is among the top %d tokens"
+                " (the model answered something else).",
+                wire.vendor,
+                key,
+                len(top),
+            )
+            return QuestionReply(None, usage, resolved)
+        if yes + no < self.floor:
+            logger.warning(
+                "%s: question %r unanswered: 'yes' and 'no' hold only %.3f of the next-token"
+                " probability, below the floor %.3f.",
+                wire.vendor,
+                key,
+                yes + no,
+                self.floor,
+            )
+            return QuestionReply(None, usage, resolved)
+        return QuestionReply(BooleanAnswer(min(1.0, yes / (yes + no))), usage, resolved)
+
+    def error(self, reply: Reply, wire: Wire) -> DecisionError:
+        return openai_error(wire, reply)
+
+    def request_id(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-request-id")
 
 
 class LogprobDecider(PerQuestionDecider):
@@ -114,13 +244,9 @@ class LogprobDecider(PerQuestionDecider):
             far down the list for their logprobs to be read reliably.
     """
 
-    name = "logprob"
-    vendor = "Logprob decider"
-    default_model = ""
-    default_base_url = "https://api.openai.com/v1"
-    key_env = "TOOLROUTE_LOGPROB_API_KEY"
-    requires_key = False
-    limits = DecisionLimits(max_questions=64, timeout_s=10.0, per_question_s=0.5)
+    name = SPEC.name
+    vendor = SPEC.vendor
+    limits = SPEC.limits
 
     def __init__(
         self,
@@ -149,95 +275,12 @@ class LogprobDecider(PerQuestionDecider):
         self.top_logprobs = top_logprobs
         self.floor = float(floor)
         super().__init__(
+            LogprobCodec(top_logprobs, float(floor)),
             api_key=api_key,
             base_url=base_url,
             model=model.strip(),
             **options,
         )
-
-    def _path(self, model: str) -> str:
-        return "chat/completions"
-
-    def _check_question(self, key: str, question: Question) -> None:
-        if not isinstance(question, BooleanQuestion):
-            kind = "choice" if isinstance(question, ChoiceQuestion) else "score"
-            raise DecisionError(
-                Kind.INVALID_REQUEST,
-                f"The logprob decider answers boolean questions only; question {key!r} is a"
-                f" {kind} question. Ask it of a provider that answers choice and score"
-                f" questions: {_TYPED_PROVIDERS}.",
-            )
-
-    def _question_body(self, text: str, question: Question, model: str) -> object:
-        assert isinstance(question, BooleanQuestion)  # _check_question ran first
-        return {
-            "model": model,
-            "messages": [
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": user_prompt(text, question)},
-            ],
-            "max_tokens": 1,
-            "temperature": 0,
-            "logprobs": True,
-            "top_logprobs": self.top_logprobs,
-        }
-
-    def _read_reply(
-        self, payload: object, key: str, question: Question, model: str
-    ) -> QuestionReply:
-        usage = _chat_usage(payload.get("usage") if isinstance(payload, Mapping) else None)
-        resolved = payload.get("model") if isinstance(payload, Mapping) else None
-        resolved = resolved if isinstance(resolved, str) and resolved else None
-        top = _top_logprobs(payload)
-        if top is None:
-            raise DecisionError(Kind.SERVER, _NO_LOGPROBS.format(vendor=self.vendor))
-        yes = no = 0.0
-        for entry in top:
-            token = entry.get("token") if isinstance(entry, Mapping) else None
-            logprob = entry.get("logprob") if isinstance(entry, Mapping) else None
-            if (
-                not isinstance(token, str)
-                or isinstance(logprob, bool)
-                or not isinstance(logprob, int | float)
-                or math.isnan(logprob)
-                or logprob > 0
-            ):
-                # The entry is the server's text: redacted like every other vendor message.
-                logger.warning(
-                    self._client.redact(
-                        f"{self.vendor}: dropped the answer to question {key!r}:"
-                        f" malformed top_logprobs entry {entry!r}."
-                    )
-                )
-                return QuestionReply(None, usage, resolved)
-            word = token.strip().lower()
-            if word == "yes":
-                yes += math.exp(logprob)
-            elif word == "no":
-                no += math.exp(logprob)
-        if yes + no <= 0.0:
-            logger.warning(
-                "%s: question %r unanswered: neither 'yes' nor 'no' is among the top %d tokens"
-                " (the model answered something else).",
-                self.vendor,
-                key,
-                len(top),
-            )
-            return QuestionReply(None, usage, resolved)
-        if yes + no < self.floor:
-            logger.warning(
-                "%s: question %r unanswered: 'yes' and 'no' hold only %.3f of the next-token"
-                " probability, below the floor %.3f.",
-                self.vendor,
-                key,
-                yes + no,
-                self.floor,
-            )
-            return QuestionReply(None, usage, resolved)
-        return QuestionReply(BooleanAnswer(min(1.0, yes / (yes + no))), usage, resolved)
-
-    def _error(self, reply: Reply) -> DecisionError:
-        return openai_error(self, reply)
 
 
 def _top_logprobs(payload: object) -> list[Any] | None:

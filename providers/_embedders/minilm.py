@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .._core.errors import EmbedderError, ModelIntegrityError
-from .._core.text import MODEL_TEXT_CHARS, bounded
+from ..._core.errors import EmbedderError, ModelIntegrityError
+from ..._core.text import MODEL_TEXT_CHARS, bounded
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

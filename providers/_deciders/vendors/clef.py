@@ -7,21 +7,18 @@ import re
 from collections.abc import Mapping
 from typing import Unpack
 
-from ..._core.decision import DecisionRequest
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.errors import ConfigError, DecisionError
-from ..._core.media import PreparedMedia
-from .._decision_loop import (
-    PNG_JPEG_WEBP,
-    Decoded,
-    HttpDecider,
-    Kind,
-    dig,
-    envelope_message,
-    status_kind,
-)
-from .._http import Reply
-from .._loop import LoopOptions
+import attrs
+
+from ...._core.decision import DecisionRequest
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.errors import ConfigError, DecisionError
+from ...._core.media import PreparedMedia
+from ..._http.async_driver import LoopOptions
+from ..._http.retry import Reply
+from ..codec import VendorSpec, bearer_headers, read_system_one, system_one_body
+from ..loop import HttpDecider
+from ..wire import PNG_JPEG_WEBP, Decoded, Kind, Wire, dig, envelope_message, status_kind
+from .media_readers import MEDIA_READERS
 
 _ACCOUNT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _CLEF_MODEL = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -33,15 +30,13 @@ _AI_ERROR_ID = re.compile(
 )
 
 
-class ClefDecider(HttpDecider):
-    """Cloudflare Clef on Workers AI: ``/accounts/{account_id}/ai/run/@cf/cloudflare/{model}``."""
-
-    name = "cloudflare-clef"
-    vendor = "Cloudflare Clef"
-    default_model = "clef"
-    default_base_url = "https://api.cloudflare.com/client/v4"
-    key_env = "CLOUDFLARE_API_KEY (with CLOUDFLARE_ACCOUNT_ID)"
-    limits = DecisionLimits(
+SPEC = VendorSpec(
+    name="cloudflare-clef",
+    vendor="Cloudflare Clef",
+    default_model="clef",
+    default_base_url="https://api.cloudflare.com/client/v4",
+    key_env="CLOUDFLARE_API_KEY (with CLOUDFLARE_ACCOUNT_ID)",
+    limits=DecisionLimits(
         max_state_tokens=16_000,
         max_questions=64,
         non_ascii_rate=1.5,
@@ -52,52 +47,48 @@ class ClefDecider(HttpDecider):
             max_images=4, video=False, max_request_bytes=256_000, image_types=PNG_JPEG_WEBP
         ),
         per_1000_state_tokens_s=0.25,
-    )
+    ),
+    media_hint=MEDIA_READERS,
+)
 
-    def __init__(
-        self,
-        *,
-        account_id: str,
-        api_key: str | None,
-        base_url: str | None = None,
-        model: str | None = None,
-        **options: Unpack[LoopOptions],
-    ) -> None:
-        if not isinstance(account_id, str) or not _ACCOUNT_ID.fullmatch(account_id):
-            raise ConfigError("account_id must be 1–64 letters, digits, '_' or '-'")
-        self.account_id = account_id
-        if model is not None:
-            model = model.removeprefix("@cf/cloudflare/")
-            if not _CLEF_MODEL.fullmatch(model):
-                raise ConfigError(
-                    f"Clef model must match [a-z0-9][a-z0-9._-]* (e.g. 'clef', 'clef-flash'),"
-                    f" got {model!r}"
-                )
-        super().__init__(api_key=api_key, base_url=base_url, model=model, **options)
 
-    def _path(self, model: str) -> str:
+@attrs.frozen
+class ClefCodec:
+    """Clef's System One body under Workers AI's ``result`` envelope and ``errors`` list.
+
+    Attributes:
+        account_id: the Cloudflare account the path names.
+    """
+
+    account_id: str
+    spec: VendorSpec = SPEC
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return bearer_headers(api_key)
+
+    def path(self, model: str) -> str:
         return f"/accounts/{self.account_id}/ai/run/@cf/cloudflare/{model.removeprefix('@cf/cloudflare/')}"
 
-    def _encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
+    def encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
         bad = [key for key in request.questions if not _QUESTION_ID.fullmatch(key)]
         if bad:
             raise DecisionError(
                 Kind.INVALID_REQUEST,
-                f"{self.vendor} question ids must be 1–100 letters, digits, '_', '.' or '-';"
+                f"{self.spec.vendor} question ids must be 1–100 letters, digits, '_', '.' or '-';"
                 f" got {bad[0]!r}",
             )
-        body = dict(super()._encode(request, model.removeprefix("@cf/cloudflare/"), media))  # type: ignore[call-overload]
+        body = system_one_body(request, model.removeprefix("@cf/cloudflare/"), media)
         if "images" in body:
             body["images"] = [
                 u.replace("data:image/jpg;", "data:image/jpeg;", 1) for u in body["images"]
             ]
         return body
 
-    def _decode(self, payload: object, request: DecisionRequest, model: str) -> Decoded:
+    def decode(self, payload: object, request: DecisionRequest, model: str, wire: Wire) -> Decoded:
         result = payload.get("result") if isinstance(payload, Mapping) else None
-        return super()._decode(result, request, model)
+        return read_system_one(result, request, model, wire)
 
-    def _error(self, reply: Reply) -> DecisionError:
+    def error(self, reply: Reply, wire: Wire) -> DecisionError:
         payload = reply.json()
         errors = payload.get("errors") if isinstance(payload, Mapping) else None
         first = (
@@ -131,13 +122,44 @@ class ClefDecider(HttpDecider):
             kind = status_kind(reply.status)
         if code is not None and message:
             message = f"{message} (code {code})"
-        error = self._make_error(kind, reply, message, retryable=retryable)
+        error = wire.refusal(kind, reply, message, retryable=retryable)
         if request_id:
             error.request_id = request_id
         return error
 
-    def _request_id(self, headers: Mapping[str, str]) -> str | None:
+    def request_id(self, headers: Mapping[str, str]) -> str | None:
         return headers.get("cf-ai-req-id") or headers.get("cf-ray")
+
+
+class ClefDecider(HttpDecider):
+    """Cloudflare Clef on Workers AI: ``/accounts/{account_id}/ai/run/@cf/cloudflare/{model}``."""
+
+    name = SPEC.name
+    vendor = SPEC.vendor
+    limits = SPEC.limits
+
+    def __init__(
+        self,
+        *,
+        account_id: str,
+        api_key: str | None,
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None:
+        if not isinstance(account_id, str) or not _ACCOUNT_ID.fullmatch(account_id):
+            raise ConfigError("account_id must be 1–64 letters, digits, '_' or '-'")
+        self.account_id = account_id
+        if model is not None:
+            model = model.removeprefix("@cf/cloudflare/")
+            if not _CLEF_MODEL.fullmatch(model):
+                raise ConfigError(
+                    f"Clef model must match [a-z0-9][a-z0-9._-]* (e.g. 'clef', 'clef-flash'),"
+                    f" got {model!r}"
+                )
+        super().__init__(
+            ClefCodec(account_id), api_key=api_key, base_url=base_url, model=model, **options
+        )
 
 
 def _flatten_ai_error(text: str) -> str | None:

@@ -9,20 +9,26 @@ from collections.abc import Mapping
 from typing import Unpack
 from urllib.parse import urlsplit
 
-from ..._core.decision import DecisionRequest
-from ..._core.decision_limits import DecisionLimits, MediaLimits
-from ..._core.errors import DecisionError
-from ..._core.media import PreparedMedia, image_size
-from .._decision_loop import (
+import attrs
+
+from ...._core.decision import DecisionRequest
+from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.errors import DecisionError
+from ...._core.media import PreparedMedia, image_size
+from ..._http.async_driver import LoopOptions
+from ..._http.retry import Reply
+from ..codec import VendorSpec, bearer_headers, read_system_one
+from ..loop import HttpDecider
+from ..wire import (
     PNG_JPEG_WEBP,
-    HttpDecider,
+    Decoded,
     Kind,
+    Wire,
     encode_question,
     envelope_message,
     status_kind,
 )
-from .._http import Reply
-from .._loop import LoopOptions
+from .media_readers import MEDIA_READERS
 
 _PPLX_CONTEXT = re.compile(r"exceeds(?: or equals)?(?: model's)? maximum context length", re.I)
 _PPLX_KEY = re.compile(r"pplx-[A-Za-z0-9_-]{30,}")
@@ -30,15 +36,13 @@ _PPLX_KEY = re.compile(r"pplx-[A-Za-z0-9_-]{30,}")
 PERPLEXITY_MAX_TILES = 2048
 
 
-class PerplexityDecider(HttpDecider):
-    """Perplexity Decisions: ``POST {base}/v1/decisions``; images travel inside ``state``."""
-
-    name = "perplexity-decider"
-    vendor = "Perplexity"
-    default_model = "pplx-decider-v1-27b"
-    default_base_url = "https://api.perplexity.ai"
-    key_env = "PERPLEXITY_API_KEY"
-    limits = DecisionLimits(
+SPEC = VendorSpec(
+    name="perplexity-decider",
+    vendor="Perplexity",
+    default_model="pplx-decider-v1-27b",
+    default_base_url="https://api.perplexity.ai",
+    key_env="PERPLEXITY_API_KEY",
+    limits=DecisionLimits(
         max_state_tokens=100_000,
         max_questions=128,
         non_ascii_rate=0.5,
@@ -50,33 +54,33 @@ class PerplexityDecider(HttpDecider):
         ),
         timeout_s=10.0,
         per_question_s=0.1,
-    )
+    ),
+    strip_v1=True,
+    media_hint=MEDIA_READERS,
+)
 
-    strip_v1 = True
 
-    def __init__(
-        self,
-        *,
-        api_key: str | None,
-        base_url: str | None = None,
-        model: str | None = None,
-        **options: Unpack[LoopOptions],
-    ) -> None:
-        # The integration header goes to Perplexity's own API only, not to proxies.
-        self._official = urlsplit(base_url or self.default_base_url).hostname == "api.perplexity.ai"
-        super().__init__(api_key=api_key, base_url=base_url, model=model, **options)
+@attrs.frozen
+class PerplexityCodec:
+    """Perplexity's decisions format: images inside ``state``, a tile cap per image.
 
-    def _headers(self) -> dict[str, str]:
-        headers = super()._headers()
-        if self._official:
+    Attributes:
+        official: whether the endpoint is Perplexity's own API (it gets the integration header).
+    """
+
+    official: bool
+    spec: VendorSpec = SPEC
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        headers = bearer_headers(api_key)
+        if self.official:
             headers["X-Pplx-Integration"] = "toolroute"
         return headers
 
-    def _path(self, model: str) -> str:
+    def path(self, model: str) -> str:
         return "/v1/decisions"
 
-    def _prepare(self, request: DecisionRequest) -> PreparedMedia:
-        media = super()._prepare(request)
+    def encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
         for index, data in enumerate(media.image_bytes):
             size = image_size(data)
             if size is None:
@@ -86,11 +90,8 @@ class PerplexityDecider(HttpDecider):
                 raise DecisionError(
                     Kind.INVALID_REQUEST,
                     f"Image {index} is {size[0]}×{size[1]} pixels = {tiles} tiles of 32×32;"
-                    f" {self.vendor} reads at most {PERPLEXITY_MAX_TILES}. Downscale it.",
+                    f" {self.spec.vendor} reads at most {PERPLEXITY_MAX_TILES}. Downscale it.",
                 )
-        return media
-
-    def _encode(self, request: DecisionRequest, model: str, media: PreparedMedia) -> object:
         state = request.state
         if isinstance(state, bool | int | float):
             state = json.dumps(state)
@@ -106,7 +107,10 @@ class PerplexityDecider(HttpDecider):
             "questions": {k: encode_question(q, "noul") for k, q in request.questions.items()},
         }
 
-    def _error(self, reply: Reply) -> DecisionError:
+    def decode(self, payload: object, request: DecisionRequest, model: str, wire: Wire) -> Decoded:
+        return read_system_one(payload, request, model, wire)
+
+    def error(self, reply: Reply, wire: Wire) -> DecisionError:
         payload = reply.json()
         message = envelope_message(payload)
         error = payload.get("error") if isinstance(payload, Mapping) else None
@@ -120,13 +124,38 @@ class PerplexityDecider(HttpDecider):
             kind = status_kind(reply.status)
         else:
             kind = Kind.INVALID_REQUEST
-        error_obj = self._make_error(kind, reply, message)
+        error_obj = wire.refusal(kind, reply, message)
         return DecisionError(
             error_obj.kind,
             _PPLX_KEY.sub("[redacted]", str(error_obj)),
             status=error_obj.status,
             request_id=error_obj.request_id,
             retryable=error_obj.retryable,
+        )
+
+    def request_id(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-request-id")
+
+
+class PerplexityDecider(HttpDecider):
+    """Perplexity Decisions: ``POST {base}/v1/decisions``; images travel inside ``state``."""
+
+    name = SPEC.name
+    vendor = SPEC.vendor
+    limits = SPEC.limits
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None:
+        # The integration header goes to Perplexity's own API only, not to proxies.
+        official = urlsplit(base_url or SPEC.default_base_url or "").hostname == "api.perplexity.ai"
+        super().__init__(
+            PerplexityCodec(official), api_key=api_key, base_url=base_url, model=model, **options
         )
 
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from .._core.errors import ConfigError
+from ..._core.errors import ConfigError
 
 REDACTED = "[redacted]"
 
@@ -140,6 +140,15 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
             # "Bearer <token>": the token alone must be hidden as well.
             found.append(value.split(None, 1)[-1])
     return found
+
+
+def url_label(base_url: str) -> str:
+    """How a checked base URL is named in messages: host, port and path.
+
+    Safe to quote: :func:`check_base_url` refused user info and queries.
+    """
+    parts = urlsplit(base_url)
+    return f"{parts.netloc}{parts.path}"
 
 
 def is_loopback(host: str) -> bool:

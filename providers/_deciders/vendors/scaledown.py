@@ -7,7 +7,7 @@ Only the legacy classifier endpoint is documented (``wire-formats.md`` §8)::
     200 {"top_label", "scores": {label: p}, "labels": [{"label", "score", "rubric"}]}
 
 It answers one question per call, so the decider is a
-:class:`~._per_question.PerQuestionDecider`.
+:class:`~..per_question.PerQuestionDecider`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, Unpack
 
-from ..._core.decision import (
+import attrs
+
+from ...._core.decision import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
@@ -27,19 +29,21 @@ from ..._core.decision import (
     Usage,
     is_probability,
 )
-from ..._core.decision_limits import DecisionLimits
-from ..._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
-from ..._core.errors import DecisionError
-from .._decision_loop import Kind, envelope_message, json_text, status_kind
-from .._http import Reply
-from .._loop import LoopOptions
-from .._per_question import PerQuestionDecider, QuestionReply
+from ...._core.decision_limits import DecisionLimits
+from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ...._core.errors import DecisionError
+from ..._http.async_driver import LoopOptions
+from ..._http.retry import Reply
+from ..codec import QuestionReply, VendorSpec
+from ..per_question import PerQuestionDecider
+from ..wire import Kind, Wire, envelope_message, json_text, status_kind
+from .media_readers import MEDIA_READERS
 
 
 def _rubric(instructions: str, answer: str, description: object) -> str:
     line = f"Answer: {answer}"
     if description is not None:
-        line += f" — {json_text(description, vendor=ScaleDownDecider.vendor, what='criteria')}"
+        line += f" — {json_text(description, vendor=SPEC.vendor, what='criteria')}"
     return f"{instructions}\n{line}"
 
 
@@ -86,6 +90,75 @@ _SCALEDOWN_KINDS = {
 }
 
 
+SPEC = VendorSpec(
+    name="scaledown",
+    vendor="ScaleDown",
+    default_model="classify-1",
+    default_base_url="https://api.scaledown.xyz",
+    key_env="SCALEDOWN_API_KEY",
+    limits=DecisionLimits(max_questions=16, timeout_s=5.0, per_question_s=0.5),
+    strip_v1=True,
+    media_hint=MEDIA_READERS,
+)
+
+
+@attrs.frozen
+class ScaleDownCodec:
+    """One classification per question (see :class:`ScaleDownDecider` for the mapping)."""
+
+    spec: VendorSpec = SPEC
+
+    def headers(self, api_key: str) -> dict[str, str]:
+        return {"x-api-key": api_key} if api_key else {}
+
+    def path(self, model: str) -> str:
+        return "/classify"
+
+    def model_for(self, request: DecisionRequest, default: str) -> str:
+        if request.model is not None and request.model != self.spec.default_model:
+            raise DecisionError(
+                Kind.INVALID_REQUEST,
+                f"{self.spec.vendor}'s /classify endpoint has no model choice; it answers with"
+                f" {self.spec.default_model!r}, not {request.model!r}.",
+            )
+        return self.spec.default_model
+
+    def check_question(self, key: str, question: Question) -> None:
+        """Every question type is a classification."""
+
+    def question_body(self, text: str, question: Question, model: str) -> object:
+        return {"text": text, "labels": [{"name": n, "rubric": r} for n, r in _labels(question)]}
+
+    def read_reply(
+        self, payload: object, key: str, question: Question, model: str, wire: Wire
+    ) -> QuestionReply:
+        usage = read_usage(payload.get("usage")) if isinstance(payload, Mapping) else Usage()
+        try:
+            answer = _classified(payload, question)
+        except MalformedAnswer as exc:
+            logger.warning(
+                wire.redact(f"{wire.vendor}: dropped the answer to question {key!r}: {exc}")
+            )
+            return QuestionReply(None, usage)
+        return QuestionReply(answer, usage)
+
+    def error(self, reply: Reply, wire: Wire) -> DecisionError:
+        payload = reply.json()
+        message = envelope_message(payload)
+        detail = payload.get("detail") if isinstance(payload, Mapping) else None
+        if isinstance(detail, list):
+            entries = [
+                f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}"
+                for e in detail[:5]
+                if isinstance(e, Mapping)
+            ]
+            message = "Request failed validation — " + "; ".join(entries)
+        return wire.refusal(status_kind(reply.status, _SCALEDOWN_KINDS), reply, message)
+
+    def request_id(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-request-id")
+
+
 class ScaleDownDecider(PerQuestionDecider):
     """ScaleDown's classifier (``classify-1``), one ``POST /classify`` per question; text only.
 
@@ -127,12 +200,9 @@ class ScaleDownDecider(PerQuestionDecider):
         base_url: ``https://api.scaledown.xyz``; a trailing ``/v1`` is dropped.
     """
 
-    name = "scaledown"
-    vendor = "ScaleDown"
-    default_model = "classify-1"
-    default_base_url = "https://api.scaledown.xyz"
-    key_env = "SCALEDOWN_API_KEY"
-    limits = DecisionLimits(max_questions=16, timeout_s=5.0, per_question_s=0.5)
+    name = SPEC.name
+    vendor = SPEC.vendor
+    limits = SPEC.limits
 
     def __init__(
         self,
@@ -141,63 +211,13 @@ class ScaleDownDecider(PerQuestionDecider):
         base_url: str | None = None,
         **options: Unpack[LoopOptions],
     ) -> None:
-        super().__init__(
-            api_key=api_key,
-            base_url=base_url,
-            **options,
-        )
-
-    strip_v1 = True
-
-    def _headers(self) -> dict[str, str]:
-        return {"x-api-key": self._api_key} if self._api_key else {}
-
-    def _path(self, model: str) -> str:
-        return "/classify"
-
-    def _model_for(self, request: DecisionRequest) -> str:
-        if request.model is not None and request.model != self.default_model:
-            raise DecisionError(
-                Kind.INVALID_REQUEST,
-                f"{self.vendor}'s /classify endpoint has no model choice; it answers with"
-                f" {self.default_model!r}, not {request.model!r}.",
-            )
-        return self.default_model
-
-    def _question_body(self, text: str, question: Question, model: str) -> object:
-        return {"text": text, "labels": [{"name": n, "rubric": r} for n, r in _labels(question)]}
-
-    def _read_reply(
-        self, payload: object, key: str, question: Question, model: str
-    ) -> QuestionReply:
-        usage = read_usage(payload.get("usage")) if isinstance(payload, Mapping) else Usage()
-        try:
-            answer = _classified(payload, question)
-        except MalformedAnswer as exc:
-            logger.warning(
-                self._client.redact(f"{self.vendor}: dropped the answer to question {key!r}: {exc}")
-            )
-            return QuestionReply(None, usage)
-        return QuestionReply(answer, usage)
-
-    def _error(self, reply: Reply) -> DecisionError:
-        payload = reply.json()
-        message = envelope_message(payload)
-        detail = payload.get("detail") if isinstance(payload, Mapping) else None
-        if isinstance(detail, list):
-            entries = [
-                f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg', '')}"
-                for e in detail[:5]
-                if isinstance(e, Mapping)
-            ]
-            message = "Request failed validation — " + "; ".join(entries)
-        return self._make_error(status_kind(reply.status, _SCALEDOWN_KINDS), reply, message)
+        super().__init__(ScaleDownCodec(), api_key=api_key, base_url=base_url, **options)
 
 
 def _level_text(level: object, index: int) -> str:
     if level is None:
         return str(index)
-    return json_text(level, vendor=ScaleDownDecider.vendor, what="score levels")
+    return json_text(level, vendor=SPEC.vendor, what="score levels")
 
 
 def _labels(question: Question) -> list[tuple[str, str]]:

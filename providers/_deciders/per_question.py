@@ -1,43 +1,37 @@
-"""The loop for endpoints that answer one question per call (ScaleDown, the logprob decider).
+"""The loop for endpoints that answer one question per call.
 
-``decide`` makes the shared loop's local checks first, then sends one call per question, a
-few at a time, inside the request's single deadline; each call goes through
-:class:`HttpDecider`'s retrying ``_send``.
+``decide`` makes the one-call loop's local checks first, then sends one call per question, a
+few at a time, inside the request's single deadline; each call goes through the shared
+provider loop (retries, latch).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Unpack
 
-import attrs
 import trio
 
-from .._core.decision import (
+from ..._core.decision import (
     Answer,
     DecisionRequest,
     DecisionResult,
     Question,
     Usage,
 )
-from .._core.decision_limits import check_request
-from .._core.decision_wire import logger
-from .._core.errors import DecisionError
-from ._decision_loop import HttpDecider, Kind, state_text
-
-
-@attrs.frozen
-class QuestionReply:
-    """One call's reading: the answer (``None`` when unanswered), usage and model."""
-
-    answer: Answer | None
-    usage: Usage = attrs.field(factory=Usage)
-    model: str | None = None
+from ..._core.decision_limits import check_request
+from ..._core.decision_wire import logger
+from ..._core.errors import DecisionError
+from .._http.async_driver import LoopOptions
+from .codec import QuestionCodec, QuestionReply
+from .loop import HttpDecider
+from .wire import Kind, state_text
 
 
 class PerQuestionDecider(HttpDecider):
-    """An :class:`HttpDecider` whose endpoint answers one question per call.
+    """A decider whose endpoint answers one question per call: a
+    :class:`~.codec.QuestionCodec` on the shared loop.
 
-    ``decide`` makes the same local checks as the shared loop (key, auth latch,
+    ``decide`` makes the same local checks as the one-call loop (key, auth latch,
     limits, media, question types) before any network call, then sends one
     call per question, at most :attr:`concurrency` at once, all inside the one
     deadline of the request; each call has the shared retries.
@@ -48,31 +42,25 @@ class PerQuestionDecider(HttpDecider):
     warning is logged); when none was, the first failure (in question order)
     is raised — the batching rule of ``try_decide``, applied per question.
 
-    Subclasses implement :meth:`_check_question`, :meth:`_question_body` and
-    :meth:`_read_reply`.
+    Args:
+        codec: the vendor's per-question wire format.
+        api_key, base_url, model, options: as for :class:`~.loop.HttpDecider`.
     """
 
-    #: Whether a call without an API key is refused locally.
     #: Calls in flight at once (NeuroLink runs decision batches four at a time).
     concurrency: ClassVar[int] = 4
 
-    # -- per-question codec --------------------------------------------------
-
-    def _check_question(self, key: str, question: Question) -> None:
-        """Raise ``invalid_request`` for a question this endpoint cannot answer."""
-
-    def _question_body(self, text: str, question: Question, model: str) -> object:
-        raise NotImplementedError
-
-    def _read_reply(
-        self, payload: object, key: str, question: Question, model: str
-    ) -> QuestionReply:
-        raise NotImplementedError
-
-    def _model_for(self, request: DecisionRequest) -> str:
-        return request.model or self.model
-
-    # -- the loop -------------------------------------------------------------
+    def __init__(
+        self,
+        codec: QuestionCodec,
+        *,
+        api_key: str | None,
+        base_url: str | None = None,
+        model: str | None = None,
+        **options: Unpack[LoopOptions],
+    ) -> None:
+        self._questions = codec
+        self._connect(codec, api_key, base_url, model, options)
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         """Answer ``request`` with one call per question.
@@ -94,15 +82,16 @@ class PerQuestionDecider(HttpDecider):
 
         **Fail-open:** partial: a failed call costs only its own question.
         """
+        codec = self._questions
         self._check_credentials()
-        model = self._model_for(request)
+        model = codec.model_for(request, self.model)
         state_tokens = check_request(request, self.limits, vendor=self.vendor, model=model)
         for key, question in request.questions.items():
-            self._check_question(key, question)
+            codec.check_question(key, question)
         media = self._prepare(request)
         text = state_text(request.state, vendor=self.vendor)
         calls = [
-            (key, question, self._question_body(text, question, model))
+            (key, question, codec.question_body(text, question, model))
             for key, question in request.questions.items()
         ]
         for _key, _question, body in calls:
@@ -110,7 +99,7 @@ class PerQuestionDecider(HttpDecider):
         timeout = self._budget_s(request, state_tokens)
         started = trio.current_time()
         deadline = started + timeout
-        path = self._path(model)
+        path = codec.path(model)
         replies: dict[int, tuple[QuestionReply, str | None]] = {}
         failures: list[tuple[int, DecisionError]] = []
         limiter = trio.CapacityLimiter(self.concurrency)
@@ -123,13 +112,13 @@ class PerQuestionDecider(HttpDecider):
                     return
                 try:
                     reply = await self._send(path, body, deadline, timeout)
-                    read = self._read_reply(self._payload(reply), key, question, model)
+                    read = codec.read_reply(self._payload(reply), key, question, model, self.wire)
                 except DecisionError as exc:
                     failures.append((index, exc))
                     if exc.kind is Kind.AUTHENTICATION:
                         scope.cancel()
                 else:
-                    replies[index] = (read, self._request_id(reply.headers))
+                    replies[index] = (read, self.wire.request_id(reply.headers))
 
         async with trio.open_nursery() as nursery:
             for index, (key, question, body) in enumerate(calls):
@@ -143,7 +132,7 @@ class PerQuestionDecider(HttpDecider):
         if failures:
             unanswered = [calls[i][0] for i in range(len(calls)) if i not in replies]
             logger.warning(
-                self._client.redact(
+                self.wire.redact(
                     f"{self.vendor}: {len(unanswered)} of {len(calls)} questions left unanswered"
                     f" ({', '.join(map(repr, unanswered))}) after a failed call:"
                     f" {min(failures, key=lambda failure: failure[0])[1]}"

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._core.errors import EmbedderError
-from .._core.vectors import QUERY_ZERO_POINT, Int8Product
+from ..._core.errors import EmbedderError
+from ..._core.vectors import QUERY_ZERO_POINT, Int8Product
 
 _INT8, _UINT8, _INT32 = 3, 2, 6  # ONNX TensorProto data types
 

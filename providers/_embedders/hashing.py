@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from .._core.text import KEYWORD_TEXT_CHARS, bounded
+from ..._core.text import KEYWORD_TEXT_CHARS, bounded
 
 # Unicode letters and digits; `_`, punctuation and spaces separate words, so
 # `get_user_id` and "get user id" give the same features.

@@ -1,10 +1,13 @@
 """JSON over HTTP for remote providers: the only module that imports httpx.
 
 The rules (URL checks, redaction, ``Retry-After``, which statuses retry, the
-back-off plan) live in :mod:`._rules`; this module only moves bytes.
-:class:`JsonClient` is the synchronous client of the remote embedder, with its
-retry loop on those same rules; :class:`AsyncJsonClient` makes one attempt per
-call, and the async loop in :mod:`._loop` retries it.
+back-off plan) live in :mod:`.rules`, and what follows each attempt is decided
+by the retry core (:mod:`.retry`); this module only moves bytes. Each
+attempt is reported to it as a :class:`~.retry.Reply` or a
+:class:`~.retry.TransportError`. :class:`JsonClient` is the synchronous driver
+of that core (the remote embedder's client); :class:`AsyncJsonClient` makes one
+attempt per call for the async driver (:mod:`.async_driver`) of deciders and
+generators.
 """
 
 from __future__ import annotations
@@ -18,41 +21,16 @@ from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
 
-import attrs
 import httpx
 
-from .._core.errors import ConfigError, ProviderError
-from ._rules import (
-    GiveUp,
-    RetryPolicy,
-    check_base_url,
-    header_secrets,
-    is_loopback,
-    is_retryable_status,
-    plan_retry,
-    redact,
-    retry_after_s,
-    should_retry,
-)
+from ..._core.errors import ConfigError, ProviderError
+from .plain_errors import PlainErrors
+from .retry import Redactor, Reply, RetryCore, Stop, TransportError, Wait
+from .rules import RetryPolicy, check_base_url, is_loopback
 
 #: The transport type a test may hand to :class:`JsonClient`; re-exported so
 #: that no other module needs to import httpx for a type annotation.
 Transport = httpx.BaseTransport
-
-
-#: Longest excerpt of a response body quoted in an error message.
-_EXCERPT_CHARS = 200
-
-
-@attrs.frozen
-class _Failure:
-    """One failed attempt, as data, so the retry loop can decide before raising."""
-
-    message: str
-    status: int | None
-    retryable: bool
-    retry_after_s: float | None = None
-    cause: BaseException | None = None
 
 
 _DEFAULT_RETRY = RetryPolicy()
@@ -60,6 +38,10 @@ _DEFAULT_RETRY = RetryPolicy()
 
 class JsonClient:
     """POSTs JSON to one provider and returns the decoded JSON reply.
+
+    The synchronous driver of the retry core (:mod:`.retry`): each attempt is
+    one request here, and what follows it (return, wait, raise) is the core's
+    decision, the same as for the async loop.
 
     Args:
         base_url: checked with :func:`check_base_url`.
@@ -102,7 +84,7 @@ class JsonClient:
     ) -> None:
         self._base_url = check_base_url(base_url)
         headers = dict(headers or {})
-        self._secrets = tuple({*secrets, *header_secrets(headers)} - {""})
+        self._redact = Redactor.for_headers(headers, secrets)
         for name, value in (
             ("connect_timeout_s", connect_timeout_s),
             ("read_timeout_s", read_timeout_s),
@@ -113,13 +95,10 @@ class JsonClient:
             raise ConfigError(f"max_response_bytes must be positive, got {max_response_bytes!r}")
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
-        self._retry = retry
         self._max_response_bytes = max_response_bytes
         self._sleep = sleep
         self._clock = clock
-        self._rng = rng
-        # (message, status) of the 401/403 that latched this client shut.
-        self._auth_failure: tuple[str, int] | None = None
+        self._core = RetryCore(PlainErrors(self._redact, ""), retry=retry, rng=rng)
         parts = urlsplit(self._base_url)
         host = parts.hostname or ""
         # Safe to quote in messages: check_base_url refused user info and queries.
@@ -175,44 +154,54 @@ class JsonClient:
             raise ConfigError("path must be relative to the base URL")
         if not (math.isfinite(deadline_s) and deadline_s > 0):
             raise ConfigError(f"deadline_s must be a positive number, got {deadline_s!r}")
-        if self._auth_failure is not None:
-            message, status = self._auth_failure
-            raise ProviderError(message, status=status, retryable=False)
+        self._core.check_latch()
         content = json.dumps(payload, allow_nan=False, separators=(",", ":")).encode()
-        deadline = self._clock() + deadline_s
-        failures = 0
-        while True:
-            outcome = self._attempt(path, content, deadline)
-            if not isinstance(outcome, _Failure):
-                return outcome
-            if not outcome.retryable:
-                raise ProviderError(
-                    self._redact(outcome.message), status=outcome.status, retryable=False
-                ) from outcome.cause
-            failures += 1
-            decision = plan_retry(
-                self._retry,
-                failures=failures,
-                retry_after_s=outcome.retry_after_s,
-                remaining_s=deadline - self._clock(),
-                draw=self._rng(),
-            )
-            if isinstance(decision, GiveUp):
-                raise ProviderError(
-                    self._redact(f"{outcome.message}; {decision.reason}"),
-                    status=outcome.status,
-                    retryable=True,
-                ) from outcome.cause
-            self._sleep(decision.delay_s)
-
-    def _redact(self, text: str) -> str:
-        return redact(text, self._secrets)
-
-    def _attempt(self, path: str, content: bytes, deadline: float) -> object | _Failure:
         what = f"POST {self._label}/{path.lstrip('/')}"
+        deadline = self._clock() + deadline_s
+        # The request's own wording, so a latch names the request that was refused.
+        call = self._core.start(
+            deadline=deadline, budget_s=deadline_s, codec=PlainErrors(self._redact, what)
+        )
+        while True:
+            cause: BaseException | None = None
+            try:
+                reply = self._attempt(path, content, deadline, what)
+            except TransportError as exc:
+                cause = exc.__cause__
+                step: Reply | Wait | Stop = call.after_transport_failure(exc, now=self._clock())
+            else:
+                step = call.after_reply(reply, now=self._clock(), wall=time.time())
+            if isinstance(step, Reply):
+                return self._decode(step, what)
+            if isinstance(step, Stop):
+                raise step.error from cause
+            self._sleep(step.delay_s)
+
+    def _decode(self, reply: Reply, what: str) -> object:
+        try:
+            decoded: object = json.loads(reply.body)
+        except (ValueError, RecursionError) as exc:
+            # UnicodeDecodeError is a ValueError too.
+            raise ProviderError(
+                self._redact(
+                    f"{what}: expected a JSON body with HTTP {reply.status},"
+                    f" got {self._redact.excerpt(reply.body)}"
+                ),
+                status=reply.status,
+                retryable=False,
+            ) from exc
+        return decoded
+
+    def _attempt(self, path: str, content: bytes, deadline: float, what: str) -> Reply:
+        """One request, with every wait capped by ``deadline``.
+
+        Raises:
+            TransportError: no usable response; redacted, ``retryable`` and
+                ``status`` set as the cause allows, chained to the httpx error.
+        """
         remaining = deadline - self._clock()
         if remaining <= 0:
-            return _Failure(f"{what}: deadline passed before the request", None, True)
+            raise TransportError(f"{what}: deadline passed before the request")
         timeout = httpx.Timeout(
             connect=min(self._connect_timeout_s, remaining),
             read=min(self._read_timeout_s, remaining),
@@ -231,67 +220,24 @@ class JsonClient:
                 headers = {k.lower(): v for k, v in response.headers.items()}
                 body = self._read_body(response, deadline, what)
         except httpx.TimeoutException as exc:
-            return _Failure(
-                self._redact(f"{what}: expected a response, but timed out ({type(exc).__name__})"),
-                None,
-                True,
-                cause=exc,
-            )
+            raise TransportError(
+                self._redact(f"{what}: expected a response, but timed out ({type(exc).__name__})")
+            ) from exc
         except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            return _Failure(
+            raise TransportError(
                 self._redact(
                     f"{what}: expected a response, but the connection failed"
                     f" ({type(exc).__name__}: {exc})"
-                ),
-                None,
-                True,
-                cause=exc,
-            )
-        except httpx.HTTPError as exc:
-            return _Failure(
-                self._redact(f"{what}: request failed ({type(exc).__name__}: {exc})"),
-                None,
-                False,
-                cause=exc,
-            )
-        if isinstance(body, _Failure):
-            return body
-        if 200 <= status <= 299:
-            try:
-                decoded: object = json.loads(body)
-            except (ValueError, RecursionError) as exc:
-                # UnicodeDecodeError is a ValueError too.
-                return _Failure(
-                    self._redact(
-                        f"{what}: expected a JSON body with HTTP {status},"
-                        f" got {self._excerpt(body)}"
-                    ),
-                    status,
-                    False,
-                    cause=exc,
                 )
-            return decoded
-        message = self._redact(
-            f"{what}: expected HTTP 2xx, got HTTP {status}: {self._excerpt(body)}"
-        )
-        if status in (401, 403):
-            # Latched: retrying with the same credentials only burns quota and
-            # may lock the account; a new client means new credentials.
-            self._auth_failure = (
-                self._redact(
-                    f"{what}: not sent, because an earlier request was refused with"
-                    f" HTTP {status}; build a new client with valid credentials"
-                ),
-                status,
-            )
-            return _Failure(message, status, False)
-        if should_retry(headers, is_retryable_status(status)):
-            return _Failure(
-                message, status, True, retry_after_s=retry_after_s(headers, time.time())
-            )
-        return _Failure(message, status, False)
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise TransportError(
+                self._redact(f"{what}: request failed ({type(exc).__name__}: {exc})"),
+                retryable=False,
+            ) from exc
+        return Reply(status, headers, body)
 
-    def _read_body(self, response: httpx.Response, deadline: float, what: str) -> bytes | _Failure:
+    def _read_body(self, response: httpx.Response, deadline: float, what: str) -> bytes:
         # Read in chunks so the deadline and size cap hold even when a server
         # trickles bytes just inside the read timeout.
         chunks: list[bytes] = []
@@ -299,89 +245,25 @@ class JsonClient:
         for chunk in response.iter_bytes():
             size += len(chunk)
             if size > self._max_response_bytes:
-                return _Failure(
+                raise TransportError(
                     f"{what}: expected at most {self._max_response_bytes} response bytes,"
                     f" got more (HTTP {response.status_code})",
-                    response.status_code,
-                    False,
+                    retryable=False,
+                    status=response.status_code,
                 )
             if self._clock() > deadline:
-                return _Failure(
+                raise TransportError(
                     f"{what}: expected the response body before the deadline, but it was"
-                    f" still arriving (HTTP {response.status_code})",
-                    None,
-                    True,
+                    f" still arriving (HTTP {response.status_code})"
                 )
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _excerpt(self, body: bytes) -> str:
-        """A short, redacted description of a response body."""
-        if not body:
-            return "an empty body"
-        text = body.decode("utf-8", errors="replace")
-        try:
-            decoded = json.loads(text)
-        except (ValueError, RecursionError):
-            decoded = None
-        # OpenAI-style envelope: {"error": {"message", "type", "code"}}.
-        if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
-            error = decoded["error"]
-            labels = [str(error[k]) for k in ("type", "code") if error.get(k) is not None]
-            text = (
-                f"{'/'.join(labels)}: {error.get('message', '')}"
-                if labels
-                else str(error.get("message", text))
-            )
-        # Redact before cutting, so a cut cannot leave half a secret unmatched.
-        text = " ".join(self._redact(text).split())
-        if len(text) > _EXCERPT_CHARS:
-            text = text[:_EXCERPT_CHARS] + "…"
-        return repr(text)
 
-
-# --- async: one attempt at a time; retry loops live with their callers -------
+# --- async: one attempt at a time; the async loop (.async_driver) retries ----
 
 #: The async transport a test may hand to :class:`AsyncJsonClient`.
 AsyncTransport = httpx.AsyncBaseTransport
-
-
-@attrs.frozen
-class Reply:
-    """One HTTP response, read whole.
-
-    Attributes:
-        status: the HTTP status.
-        headers: response headers, names lower-cased.
-        body: the body bytes (at most the client's size cap).
-    """
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> object:
-        """The decoded body, or ``None`` when it is not JSON."""
-        try:
-            decoded: object = json.loads(self.body)
-        except (ValueError, RecursionError):
-            return None
-        return decoded
-
-    def excerpt(self, secrets: Iterable[str] = ()) -> str:
-        """A short, redacted quote of the body for an error message."""
-        if not self.body:
-            return "an empty body"
-        text = " ".join(redact(self.body.decode("utf-8", errors="replace"), secrets).split())
-        return repr(text[:_EXCERPT_CHARS] + "…" if len(text) > _EXCERPT_CHARS else text)
-
-
-class TransportError(Exception):
-    """No usable response: the connection failed or the body was too large.
-
-    The message is redacted. Timeouts are not raised here: callers bound each
-    attempt with a trio cancel scope and see the cancellation.
-    """
 
 
 class AsyncJsonClient:
@@ -389,8 +271,8 @@ class AsyncJsonClient:
 
     Args:
         base_url: checked with :func:`check_base_url`.
-        headers: sent with every request; their credential values are redacted.
-        secrets: more values to redact from every message.
+        headers: sent with every request.
+        redactor: hides the credentials in every message.
         max_response_bytes: a larger body fails the attempt.
         transport: an httpx async transport to use instead of the network (tests).
 
@@ -402,14 +284,13 @@ class AsyncJsonClient:
         self,
         base_url: str,
         *,
-        headers: Mapping[str, str] | None = None,
-        secrets: Iterable[str] = (),
+        headers: Mapping[str, str],
+        redactor: Redactor,
         max_response_bytes: int = 64 * 1024 * 1024,
         transport: AsyncTransport | None = None,
     ) -> None:
         self.base_url = check_base_url(base_url)
-        headers = dict(headers or {})
-        self.secrets = tuple({*secrets, *header_secrets(headers)} - {""})
+        self.redact = redactor
         if max_response_bytes < 1:
             raise ConfigError(f"max_response_bytes must be positive, got {max_response_bytes!r}")
         self._max_response_bytes = max_response_bytes
@@ -426,20 +307,15 @@ class AsyncJsonClient:
             timeout=None,
         )
 
-    def redact(self, text: str) -> str:
-        return redact(text, self.secrets)
-
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def post(
-        self, path: str, payload: object, *, headers: Mapping[str, str] | None = None
-    ) -> Reply:
+    async def post(self, path: str, payload: object) -> Reply:
         """POST ``payload`` as JSON to ``path`` (relative to the base URL).
 
         Raises:
             TransportError: the connection failed, the reply was malformed HTTP,
-                or the body exceeded the size cap.
+                or the body exceeded the size cap (all retryable).
             ConfigError: ``path`` is absolute or the payload is not JSON.
         """
         if "://" in path or path.startswith("//"):
@@ -454,7 +330,7 @@ class AsyncJsonClient:
                 "POST",
                 path.lstrip("/"),
                 content=content,
-                headers={"Content-Type": "application/json", **(headers or {})},
+                headers={"Content-Type": "application/json"},
             ) as response:
                 chunks: list[bytes] = []
                 size = 0

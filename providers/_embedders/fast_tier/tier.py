@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from .._core.text import MODEL_TEXT_CHARS, bounded
-from ._ridge import RidgeStats, SpaceMap, solve
+from ...._core.text import MODEL_TEXT_CHARS, bounded
+from .ridge import RidgeStats, SpaceMap, solve
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-    from ._minilm import MiniLMEmbedder
+    from ..minilm import MiniLMEmbedder
 
 F32 = npt.NDArray[np.float32]
 

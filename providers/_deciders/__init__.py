@@ -1,0 +1,1 @@
+"""Decision providers: the shared decision loop, its codecs (``vendors/``) and the default."""

@@ -1,0 +1,1 @@
+"""The fast tier: a small static-embedding model mapped into MiniLM's space by ridge fitting."""

@@ -1,0 +1,1 @@
+"""HTTP for remote providers: the one httpx module, the retry core and its two drivers."""

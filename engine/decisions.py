@@ -26,11 +26,12 @@ from ._core.decision import read_boolean as read_boolean
 from ._core.decision import read_choice as read_choice
 from ._core.decision import read_score as read_score
 from ._core.decision_limits import DecisionLimits as DecisionLimits
-from ._core.decision_limits import ModelLimits as ModelLimits
 from ._core.decision_limits import MediaLimits as MediaLimits
+from ._core.decision_limits import ModelLimits as ModelLimits
 from ._core.decision_limits import estimate_state_tokens as estimate_state_tokens
 from ._core.errors import DecisionError as DecisionError
 from ._core.errors import DecisionErrorKind as DecisionErrorKind
+from ._core.media import PreparedMedia as PreparedMedia
 from ._core.public import publish as _publish
 from ._runtime.stateless import decide as decide
 from ._runtime.stateless import try_decide as try_decide
@@ -49,6 +50,7 @@ __all__ = [
     "DecisionResult",
     "MediaLimits",
     "ModelLimits",
+    "PreparedMedia",
     "ScoreAnswer",
     "ScoreQuestion",
     "Usage",

@@ -4,6 +4,7 @@ from .._core.protocols import Decider as Decider
 from .._core.protocols import Embedder as Embedder
 from .._core.protocols import Generator as Generator
 from .._core.public import publish as _publish
+from ._deciders.codec import DecisionCodec as DecisionCodec
 from ._deciders.default import default_decider as default_decider
 from ._deciders.loop import HttpDecider as HttpDecider
 from ._deciders.vendors.clef import ClefDecider as ClefDecider
@@ -14,32 +15,43 @@ from ._deciders.vendors.perplexity import PerplexityDecider as PerplexityDecider
 from ._deciders.vendors.scaledown import ScaleDownDecider as ScaleDownDecider
 from ._deciders.vendors.typesafe import TypeSafeDecider as TypeSafeDecider
 from ._deciders.vendors.xor import XorDecider as XorDecider
+from ._deciders.wire import Decoded as Decoded
+from ._deciders.wire import Wire as Wire
 from ._embedders.hashing import HashingEmbedder as HashingEmbedder
 from ._embedders.minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._embedders.minilm import default_embedder as default_embedder
 from ._embedders.openai_compatible import OpenAIEmbedder as OpenAIEmbedder
 from ._generators import AnthropicGenerator as AnthropicGenerator
 from ._generators import OpenAICompatibleGenerator as OpenAICompatibleGenerator
+from ._http.async_driver import LoopOptions as LoopOptions
+from ._http.retry import Redactor as Redactor
+from ._http.retry import Reply as Reply
 from ._http.rules import RetryPolicy as RetryPolicy
 
 __all__ = [
     "AnthropicGenerator",
     "ClefDecider",
     "Decider",
+    "DecisionCodec",
+    "Decoded",
     "Embedder",
     "Generator",
     "HashingEmbedder",
     "HttpDecider",
     "LayaDecider",
     "LogprobDecider",
+    "LoopOptions",
     "MiniLMEmbedder",
     "OpenAICompatibleGenerator",
     "OpenAIDecisionsDecider",
     "OpenAIEmbedder",
     "PerplexityDecider",
+    "Redactor",
+    "Reply",
     "RetryPolicy",
     "ScaleDownDecider",
     "TypeSafeDecider",
+    "Wire",
     "XorDecider",
     "default_decider",
     "default_embedder",

@@ -108,6 +108,7 @@ DECISIONS = {
     "DecisionResult",
     "MediaLimits",
     "ModelLimits",
+    "PreparedMedia",
     "ScoreAnswer",
     "ScoreQuestion",
     "Usage",
@@ -138,21 +139,27 @@ PROVIDERS = {
     "AnthropicGenerator",
     "ClefDecider",
     "Decider",
+    "DecisionCodec",
+    "Decoded",
     "Generator",
     "HttpDecider",
     "LayaDecider",
     "LogprobDecider",
+    "LoopOptions",
     "OpenAICompatibleGenerator",
     "OpenAIDecisionsDecider",
     "PerplexityDecider",
     "ScaleDownDecider",
     "TypeSafeDecider",
+    "Wire",
     "XorDecider",
     "default_decider",
     "Embedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "Redactor",
+    "Reply",
     "RetryPolicy",
     "default_embedder",
 }
@@ -316,7 +323,8 @@ def test_every_type_and_default_in_a_public_signature_is_public(
         target = getattr(target, "__func__", target)
         hints = _hints(target) if callable(target) else {}
         if isinstance(value, type) and attrs.has(value):
-            hints |= _hints(value)
+            public_fields = {field.name for field in attrs.fields(value) if field.init}
+            hints |= {k: v for k, v in _hints(value).items() if k in public_fields}
         named = {cls for hint in hints.values() for cls in _named_types(hint)}
         try:
             parameters = inspect.signature(target).parameters.values()

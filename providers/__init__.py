@@ -3,12 +3,14 @@
 from .._core.protocols import Decider as Decider
 from .._core.protocols import Embedder as Embedder
 from .._core.protocols import Generator as Generator
+from .._core.protocols import Int8Kernel as Int8Kernel
 from .._core.public import publish as _publish
 from ._decision_loop import HttpDecider as HttpDecider
 from ._default_decider import default_decider as default_decider
 from ._generators import AnthropicGenerator as AnthropicGenerator
 from ._generators import OpenAICompatibleGenerator as OpenAICompatibleGenerator
 from ._hashing import HashingEmbedder as HashingEmbedder
+from ._int8_product import OnnxInt8Kernel as OnnxInt8Kernel
 from ._minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._minilm import default_embedder as default_embedder
 from ._openai_embeddings import OpenAIEmbedder as OpenAIEmbedder
@@ -30,9 +32,11 @@ __all__ = [
     "Generator",
     "HashingEmbedder",
     "HttpDecider",
+    "Int8Kernel",
     "LayaDecider",
     "LogprobDecider",
     "MiniLMEmbedder",
+    "OnnxInt8Kernel",
     "OpenAICompatibleGenerator",
     "OpenAIDecisionsDecider",
     "OpenAIEmbedder",

@@ -11,7 +11,8 @@ from .quantize import QUERY_PEAK as QUERY_PEAK
 from .quantize import QUERY_ZERO_POINT as QUERY_ZERO_POINT
 from .quantize import Int8Product as Int8Product
 from .quantize import Int8ProductFactory as Int8ProductFactory
-from .quantize import Matrix, Scores, int8_kernel_faults, residual_norms
+from .quantize import Matrix, int8_kernel_faults, residual_norms
+from .quantize import Scores as Scores
 from .quantize import numpy_int8_product as numpy_int8_product
 from .quantize import quantize_query as quantize_query
 from .quantize import quantize_rows as quantize_rows

@@ -257,7 +257,9 @@ class Int8Index:
     def _exact(
         self, query: npt.NDArray[np.float32], rows: Indices, bonus: Sequence[Scores] | None
     ) -> Scores:
-        scores: Scores = self.exact.matrix[rows] @ query
+        # einsum, as ``VectorIndex.scores``: row by row the same float32 sums, bit for bit,
+        # so rows tied in exact arithmetic keep fp32's order (``@`` rounds differently).
+        scores: Scores = np.einsum("ij,j->i", self.exact.matrix[rows], query)
         valid = self.exact.valid[rows]
         if bonus is None:
             scores[~valid] = -np.inf

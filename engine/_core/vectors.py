@@ -152,6 +152,11 @@ class Int8Index:
         self.rescore_factor, self.rescore_min = RESCORE_FACTOR, RESCORE_MIN
         self.failures = 0
         self.last_failure = ""
+        #: Rows scored exactly so far, and the queries whose candidates the bound could not
+        #: certify (so every row it could not rule out was scored too): what the int8 error
+        #: costs, reported by ``tests/bench/bench_scale.py``.
+        self.rescored = 0
+        self.widened = 0
 
     def __len__(self) -> int:
         return len(self.exact)
@@ -200,8 +205,11 @@ class Int8Index:
             edge = float(rough[candidates[-1]])
             kth = float(np.partition(scores, scores.size - k)[scores.size - k])
             if edge + error >= kth:
+                self.widened += 1
+                self.rescored += candidates.size
                 candidates = np.flatnonzero(rough >= kth - error)
                 scores = self._exact(query, candidates, bonus)
+        self.rescored += candidates.size
         return _best(candidates, scores, k)
 
     def baseline(
@@ -273,6 +281,7 @@ class Int8Index:
         self, query: npt.NDArray[np.float32], k: int, bonus: Sequence[Scores] | None
     ) -> tuple[Indices, Scores]:
         every = np.arange(len(self.exact))
+        self.rescored += every.size
         return _best(every, self._exact(query, every, bonus), k)
 
 

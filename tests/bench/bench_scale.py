@@ -10,8 +10,10 @@
 recombine them, all embedded by the model and cached) and on random unit vectors
 (``--random``), for MetaTool's and BFCL's requests (``--queries`` of each): before (8-bit
 queries, zero point 128) and now (7-bit), on onnxruntime's kernel and, up to 20k tools, on the
-emulated kernel of CPUs without VNNI (``tests/int8_kernels.py``); with p50 ms per top 5, rows
-re-scored exactly per query, and how often the bound widened the re-scoring.
+emulated kernel of CPUs without VNNI (``tests/int8_kernels.py``, the first ``--emulate``
+requests); with p50 ms per top 5, rows re-scored exactly per query, and how often the bound
+widened the re-scoring. ``--worst`` adds 3,000 sign vectors with sign requests, every value at
+an end of the int8 range: the case that breaks a saturating kernel.
 ``kernels``: ms per query of u8 x s8, u8 x u8, s8 x s8, numpy and fp32 at 100k x 384.
 
 For each size: a synthetic catalogue recombined from the bundled tools (``bench_recall``), its
@@ -199,11 +201,12 @@ def real_vectors(root: Path, cache_dir: Path, size: int) -> np.ndarray:
 
 
 def agreement_row(
-    name: str, matrix: np.ndarray, queries: np.ndarray, emulate: bool
+    name: str, matrix: np.ndarray, queries: np.ndarray, emulate: int
 ) -> dict[str, Any]:
     """int8 top 5 against fp32's, per variant: 8-bit queries (before) and 7-bit (now), on
-    onnxruntime's kernel and, with ``emulate``, on the emulated kernel of CPUs without VNNI.
-    Variants alternate query by query, so they share the machine's noise."""
+    onnxruntime's kernel and, for the first ``emulate`` queries, on the emulated kernel of
+    CPUs without VNNI (numpy, slow). Variants alternate query by query, so they share the
+    machine's noise."""
     exact = VectorIndex(matrix)
     variants: dict[str, tuple[Any, bool]] = {}
     with eight_bit_queries():
@@ -225,13 +228,16 @@ def agreement_row(
         assert emulated is not None
         variants["now, AVX2 emulated"] = (emulated, False)
     times: dict[str, list[float]] = {"fp32": [], **{v: [] for v in variants}}
-    same = dict.fromkeys(variants, 0)
+    same, asked = dict.fromkeys(variants, 0), dict.fromkeys(variants, 0)
     for v in queries[:10]:  # warm-up
         top_k(exact.scores(v), 5)
-    for v in queries:
+    for i, v in enumerate(queries):
         t_fp32, want = timed_ms(lambda: top_k(exact.scores(v), 5))  # noqa: B023
         times["fp32"].append(t_fp32)
         for variant, (index, old) in variants.items():
+            if "emulated" in variant and i >= emulate:
+                continue
+            asked[variant] += 1
             with eight_bit_queries() if old else contextlib.nullcontext():
                 elapsed, (picked, _) = timed_ms(index.ranked, v, 5)
             times[variant].append(elapsed)
@@ -241,10 +247,11 @@ def agreement_row(
     row["fp32_p50_ms"] = p50(times["fp32"])
     for variant, (index, _) in variants.items():
         row[variant] = {
-            "top5_same": same[variant] / len(queries),
+            "queries": asked[variant],
+            "top5_same": same[variant] / asked[variant],
             "p50_ms": p50(times[variant]),
-            "rescored_per_query": index.rescored / len(queries),
-            "widened": index.widened / len(queries),
+            "rescored_per_query": index.rescored / asked[variant],
+            "widened": index.widened / asked[variant],
         }
     print(f"  {json.dumps(row, default=lambda x: round(x, 4))}", file=sys.stderr)
     return row
@@ -259,11 +266,31 @@ def agreement(root: Path, cache_dir: Path, args: argparse.Namespace) -> list[dic
     for size in [int(x) for x in args.real.split(",") if x.strip()]:
         matrix = real_vectors(root, cache_dir, size)
         name = "real, bundled tools" if size == 0 else "real, recombined"
-        rows.append(agreement_row(name, matrix, queries, len(matrix) <= args.emulate_up_to))
+        rows.append(agreement_row(name, matrix, queries, _emulated(args, len(matrix))))
     for size in [int(x) for x in args.random.split(",") if x.strip()]:
         matrix = random_unit(size, embedder.dim, size)
-        rows.append(agreement_row("random unit", matrix, queries, size <= args.emulate_up_to))
+        rows.append(agreement_row("random unit", matrix, queries, _emulated(args, size)))
+    if args.worst:
+        matrix, asked = sign_vectors(3000, embedder.dim, len(queries))
+        rows.append(agreement_row("sign vectors, answer at 0.84", matrix, asked, args.emulate))
     return rows
+
+
+def _emulated(args: argparse.Namespace, tools: int) -> int:
+    """Requests for the numpy emulation (its int32 temporaries grow with the catalogue)."""
+    return args.emulate if tools <= 20_000 else 0
+
+
+def sign_vectors(n: int, dim: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """The worst case for a saturating kernel: rows of equal-magnitude entries (all +-127 in
+    int8), and queries that are a row with 8 % of its signs flipped (cosine 0.84, sign
+    queries too: every value at an end of the range)."""
+    rng = np.random.default_rng(7)
+    rows = rng.choice([-1.0, 1.0], size=(n, dim)).astype(np.float32)
+    asked = rows[rng.integers(0, n, queries)].copy()
+    flips = rng.random(asked.shape) < 0.08
+    asked[flips] *= -1
+    return rows / np.sqrt(dim), asked / np.sqrt(dim)
 
 
 def print_agreement(rows: list[dict[str, Any]]) -> None:
@@ -280,7 +307,7 @@ def print_agreement(rows: list[dict[str, Any]]) -> None:
                 continue
             b, n = r[f"before, {kernel}"], r[f"now, {kernel}"]
             print(
-                f"| {r['catalogue']} | {r['tools']:,} | {r['queries']:,} | {kernel} "
+                f"| {r['catalogue']} | {r['tools']:,} | {n['queries']:,} | {kernel} "
                 f"| {100 * b['top5_same']:.1f} % / {100 * n['top5_same']:.1f} % "
                 f"| {b['p50_ms']:.2f} / {n['p50_ms']:.2f} ({r['fp32_p50_ms']:.2f}) "
                 f"| {b['rescored_per_query']:.0f} / {n['rescored_per_query']:.0f} "
@@ -398,7 +425,8 @@ def main() -> None:
     parser.add_argument("--sections", default="scale,agreement,kernels,rss")
     parser.add_argument("--real", default="0,10000", help="real catalogue sizes (0: bundled)")
     parser.add_argument("--random", default="10000,100000", help="random catalogue sizes")
-    parser.add_argument("--emulate-up-to", type=int, default=20_000)
+    parser.add_argument("--emulate", type=int, default=300, help="queries on the emulation")
+    parser.add_argument("--worst", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--kernel-size", type=int, default=100_000)
     args = parser.parse_args()
     sections = set(args.sections.split(","))

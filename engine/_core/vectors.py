@@ -201,7 +201,10 @@ class Int8Index:
         scores = self._exact(query, candidates, bonus)
         if candidates.size == wanted:
             # Rows outside the candidates score at most ``edge`` roughly, ``edge + error``
-            # exactly: if that cannot reach the k-th exact score, the top k is certain.
+            # exactly (``_rough`` derives the bound): if that stays below the k-th exact
+            # score, strictly, no outside row can enter the top k or tie into it. Otherwise
+            # any row scoring at least ``kth`` exactly has rough >= exact - error >=
+            # kth - error, so re-scoring those rows leaves none out.
             edge = float(rough[candidates[-1]])
             kth = float(np.partition(scores, scores.size - k)[scores.size - k])
             if edge + error >= kth:

@@ -25,10 +25,10 @@ Scores = npt.NDArray[np.float32]
 #: pairs; with 8-bit queries (up to 255) one pair reaches 64,770 and the product is wrong.
 #: Rows keep their 8 bits: 7-bit rows with 8-bit queries avoid saturation too, but every
 #: row's rounding doubles and the error bound uses the largest, so it widens the exact
-#: re-scoring more often (42 % of requests at 100k random tools against 12 % for 7-bit
+#: re-scoring more often (42 % of requests at 100k random tools against 11 % for 7-bit
 #: queries; ``tests/bench/bench_scale.py --sections agreement``). Other kernels, measured
-#: (``--sections kernels``): u8 x u8 is exact too but 2-3x slower; s8 x s8 runs a scalar loop
-#: on CPUs without AVX-VNNI-INT8, slower than fp32.
+#: (``--sections kernels``): u8 x u8 is exact too but slower (1.1-5.5x in our runs); s8 x s8
+#: runs a scalar loop on CPUs without AVX-VNNI-INT8, slower than fp32.
 QUERY_ZERO_POINT = 64
 QUERY_PEAK = 63
 

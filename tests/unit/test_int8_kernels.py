@@ -53,10 +53,13 @@ def exact(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
 def test_the_emulated_kernel_reproduces_the_saturation_seen_without_vnni() -> None:
     # The products reported on an AMD EPYC without VNNI, with today's 8-bit queries.
     old = saturating_kernel(group=2, zero_point=128)
-    assert old(np.array([[127, 127]], np.int8))(np.array([255, 255], np.uint8)).tolist() == [255]
-    assert old(np.array([[94, 94]], np.int8))(np.array([175, 175], np.uint8)).tolist() == [8703]
-    # Exact: 127 * 127 * 2 = 32,258 and 94 * 47 * 2 = 8,836.
-    assert (127 * 2 * 127, 94 * 2 * 47) == (32_258, 8_836)
+    for row, query, reported, right in [
+        ((127, 127), 255, 255, 32_258),
+        ((94, 94), 175, 8_703, 8_836),
+    ]:
+        rows, queries = np.array([row], np.int8), np.full(2, query, np.uint8)
+        assert old(rows)(queries).tolist() == [reported]
+        assert (rows.astype(np.int64) @ (queries.astype(np.int64) - 128)).tolist() == [right]
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -3,6 +3,7 @@
 from .._core.protocols import Decider as Decider
 from .._core.protocols import Embedder as Embedder
 from .._core.protocols import Generator as Generator
+from .._core.protocols import Int8Kernel as Int8Kernel
 from .._core.public import publish as _publish
 from ._deciders.codec import DecisionCodec as DecisionCodec
 from ._deciders.default import default_decider as default_decider
@@ -18,6 +19,7 @@ from ._deciders.vendors.xor import XorDecider as XorDecider
 from ._deciders.wire import Decoded as Decoded
 from ._deciders.wire import Wire as Wire
 from ._embedders.hashing import HashingEmbedder as HashingEmbedder
+from ._embedders.int8_product import OnnxInt8Kernel as OnnxInt8Kernel
 from ._embedders.minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._embedders.minilm import default_embedder as default_embedder
 from ._embedders.openai_compatible import OpenAIEmbedder as OpenAIEmbedder
@@ -38,10 +40,12 @@ __all__ = [
     "Generator",
     "HashingEmbedder",
     "HttpDecider",
+    "Int8Kernel",
     "LayaDecider",
     "LogprobDecider",
     "LoopOptions",
     "MiniLMEmbedder",
+    "OnnxInt8Kernel",
     "OpenAICompatibleGenerator",
     "OpenAIDecisionsDecider",
     "OpenAIEmbedder",

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from .decision import DecisionRequest, DecisionResult
 from .decision_limits import DecisionLimits
+from .quantize import Int8Product
 
 
 @runtime_checkable
@@ -66,4 +67,21 @@ class Generator(Protocol):
 
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked."""
+        ...
+
+
+@runtime_checkable
+class Int8Kernel(Protocol):
+    """An int8 matrix product for large catalogues: an optional capability of a provider.
+
+    ``kernel(rows)`` loads a ``(n, dim)`` int8 tool matrix and returns the function that
+    scores one quantised query (uint8, ``dim`` values) against it: the int32 products
+    ``rows @ (query - 64)``, exact for every query ``quantize_query`` makes (values 1 to 127).
+    ``ToolIndex`` uses ``toolroute.providers.OnnxInt8Kernel`` by default and checks whichever
+    kernel it is given when it builds the index (extreme rows and queries, and a sample of
+    the catalogue, against numpy's exact product); a kernel that fails is not used.
+    """
+
+    def __call__(self, rows: npt.NDArray[np.int8]) -> Int8Product:
+        """The product over ``rows``; raises when the kernel cannot load them."""
         ...

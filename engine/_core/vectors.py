@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-Matrix = npt.NDArray[np.float32]
-Scores = npt.NDArray[np.float32]
+from .quantize import QUERY_PEAK as QUERY_PEAK
+from .quantize import QUERY_ZERO_POINT as QUERY_ZERO_POINT
+from .quantize import Int8Product as Int8Product
+from .quantize import Int8ProductFactory as Int8ProductFactory
+from .quantize import Matrix, int8_kernel_faults, residual_norms
+from .quantize import Scores as Scores
+from .quantize import numpy_int8_product as numpy_int8_product
+from .quantize import quantize_query as quantize_query
+from .quantize import quantize_rows as quantize_rows
+
 Indices = npt.NDArray[np.intp]
 
 
@@ -91,65 +99,12 @@ def top_k(scores: Scores, k: int, *, floor: float = -np.inf) -> Indices:
 #: Candidates re-scored exactly per wanted result (at least ``RESCORE_MIN``).
 RESCORE_FACTOR = 8
 RESCORE_MIN = 64
-#: Zero point of a quantised query: int8 values shifted into uint8, as int8 kernels want.
-QUERY_ZERO_POINT = 128
 
-#: ``product(query_uint8)`` -> int32 dot products of the int8 rows with ``query - 128``.
-Int8Product = Callable[[npt.NDArray[np.uint8]], npt.NDArray[np.int32]]
-
-
-#: Rows quantised per step: float temporaries stay a few MB however large the catalogue.
-_QUANTIZE_STEP = 4096
-
-
-def quantize_rows(matrix: Matrix) -> tuple[npt.NDArray[np.int8], Scores]:
-    """Each row scaled to int8 by its own largest magnitude: ``(rows, scales)``,
-    ``row ≈ rows[i] * scales[i]``. All-zero rows get scale 0."""
-    peak = np.abs(matrix).max(axis=1) if matrix.size else np.zeros(len(matrix), np.float32)
-    scales = (peak / 127.0).astype(np.float32)
-    inverse = np.where(scales > 0, 1.0 / np.maximum(scales, 1e-30), 0.0).astype(np.float32)
-    rows = np.empty(matrix.shape, dtype=np.int8)
-    for start in range(0, len(matrix), _QUANTIZE_STEP):
-        part = slice(start, start + _QUANTIZE_STEP)
-        rows[part] = np.clip(np.rint(matrix[part] * inverse[part, None]), -127, 127)
-    return rows, scales
-
-
-def _residual_norms(matrix: Matrix, rows: npt.NDArray[np.int8], scales: Scores) -> Scores:
-    """``|row - rows[i] * scales[i]|`` per row: how far each int8 row is from its fp32 row."""
-    norms = np.empty(len(matrix), dtype=np.float32)
-    for start in range(0, len(matrix), _QUANTIZE_STEP):
-        part = slice(start, start + _QUANTIZE_STEP)
-        restored = rows[part].astype(np.float32) * scales[part, None]
-        norms[part] = np.linalg.norm(matrix[part] - restored, axis=1)
-    return norms
-
-
-def quantize_query(query: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.uint8], float]:
-    """A query as uint8 with zero point 128 and its scale: ``query ≈ (q - 128) * scale``."""
-    peak = float(np.abs(query).max()) if query.size else 0.0
-    scale = peak / 127.0 if peak > 0 else 1.0
-    quantized = np.clip(np.rint(query / scale), -127, 127).astype(np.int16) + QUERY_ZERO_POINT
-    return quantized.astype(np.uint8), scale
-
-
-def numpy_int8_product(rows: npt.NDArray[np.int8]) -> Int8Product:
-    """The reference ``Int8Product`` in plain numpy (exact, but slower than fp32 BLAS)."""
-
-    def product(query: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
-        shifted = query.astype(np.int32) - QUERY_ZERO_POINT
-        out: npt.NDArray[np.int32] = np.matmul(rows, shifted.astype(np.int8), dtype=np.int32)
-        return out
-
-    return product
-
-
-#: ``factory(rows)`` -> an ``Int8Product`` for those int8 rows (the providers' onnxruntime
-#: kernel, or ``numpy_int8_product``); the runtime injects it, the pure core never loads one.
-Int8ProductFactory = Callable[[npt.NDArray[np.int8]], Int8Product]
-
-#: Slack added to the int8 error bound: float32 rounding of the rough and the exact scores.
+#: Slack added to the int8 error bound for float32 rounding: an absolute part (the bonus
+#: terms' additions) plus a part per unit of score magnitude, ``(dim + 8)`` roundings
+#: (a dot product of ``dim`` terms, worst case, and the few scalings of the rough score).
 _ROUNDING_SLACK = 1e-4
+_EPSILON32 = float(np.finfo(np.float32).eps)
 
 
 class Int8Index:
@@ -185,7 +140,7 @@ class Int8Index:
         self.rows, self.scales = quantized if quantized is not None else quantize_rows(matrix)
         self.rows.setflags(write=False)
         self._product = product if product is not None else numpy_int8_product(self.rows)
-        residual = _residual_norms(matrix, self.rows, self.scales)
+        residual = residual_norms(matrix, self.rows, self.scales)
         norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
         self._max_residual = float(residual.max(initial=0.0))
         self._max_norm = float(norms.max(initial=0.0))
@@ -197,6 +152,11 @@ class Int8Index:
         self.rescore_factor, self.rescore_min = RESCORE_FACTOR, RESCORE_MIN
         self.failures = 0
         self.last_failure = ""
+        #: Rows scored exactly so far, and the queries whose candidates the bound could not
+        #: certify (so every row it could not rule out was scored too): what the int8 error
+        #: costs, reported by ``tests/bench/bench_scale.py``.
+        self.rescored = 0
+        self.widened = 0
 
     def __len__(self) -> int:
         return len(self.exact)
@@ -241,12 +201,18 @@ class Int8Index:
         scores = self._exact(query, candidates, bonus)
         if candidates.size == wanted:
             # Rows outside the candidates score at most ``edge`` roughly, ``edge + error``
-            # exactly: if that cannot reach the k-th exact score, the top k is certain.
+            # exactly (``_rough`` derives the bound): if that stays below the k-th exact
+            # score, strictly, no outside row can enter the top k or tie into it. Otherwise
+            # any row scoring at least ``kth`` exactly has rough >= exact - error >=
+            # kth - error, so re-scoring those rows leaves none out.
             edge = float(rough[candidates[-1]])
             kth = float(np.partition(scores, scores.size - k)[scores.size - k])
             if edge + error >= kth:
+                self.widened += 1
+                self.rescored += candidates.size
                 candidates = np.flatnonzero(rough >= kth - error)
                 scores = self._exact(query, candidates, bonus)
+        self.rescored += candidates.size
         return _best(candidates, scores, k)
 
     def baseline(
@@ -270,19 +236,41 @@ class Int8Index:
             )
         rough: Scores = product.reshape(-1).astype(np.float32) * self.scales
         rough *= np.float32(scale)
+        # Why ``error`` bounds |exact - rough| on every row (the certification in ``ranked``
+        # rests on it). Row i is r (fp32), stored as r' = s * R (R int8, s the row's scale);
+        # the query q is sent as q' = t * (Q - z) (Q uint8, z the zero point, t its scale).
+        # The kernel's integer product P = R . (Q - z) is exact: the query range keeps every
+        # int16 pair sum of a u8 x s8 kernel below 32,767 (``QUERY_PEAK``), and
+        # ``int8_kernel_faults`` compared the kernel with numpy at build. So rough = s*t*P =
+        # r' . q', and
+        #     exact - rough = r . q - r' . q' = r . (q - q') + (r - r') . q'
+        #     |exact - rough| <= |r| |q - q'| + |r - r'| |q'|                 (Cauchy-Schwarz)
+        #                     <= max_norm |q - q'| + max_residual |q'|
+        # The first term is the query's rounding, the second the rows' (dropping either
+        # breaks the bound: tests/unit/test_int8_certification.py builds the rows that show
+        # it). Bonus terms are added alike to both scores and cancel. Last, float32 rounding:
+        # P is exact in float32 while dim <= 2,096 (|P| < 2**24), within an epsilon beyond;
+        # with the scalings and the fp32 dot product of ``dim`` terms that is at most
+        # (dim + 8) epsilons of the score magnitude |r| |q|, plus the bonus additions (the
+        # absolute slack).
         restored = (quantized.astype(np.float64) - QUERY_ZERO_POINT) * scale
         query_error = float(np.linalg.norm(query.astype(np.float64) - restored))
+        restored_norm = float(np.linalg.norm(restored))
+        magnitude = self._max_norm * max(restored_norm, float(np.linalg.norm(query)))
         error = (
             query_error * self._max_norm
-            + float(np.linalg.norm(restored)) * self._max_residual
+            + restored_norm * self._max_residual
             + _ROUNDING_SLACK
+            + (self.exact.dim + 8) * _EPSILON32 * magnitude
         )
         return rough, error
 
     def _exact(
         self, query: npt.NDArray[np.float32], rows: Indices, bonus: Sequence[Scores] | None
     ) -> Scores:
-        scores: Scores = self.exact.matrix[rows] @ query
+        # einsum, as ``VectorIndex.scores``: row by row the same float32 sums, bit for bit,
+        # so rows tied in exact arithmetic keep fp32's order (``@`` rounds differently).
+        scores: Scores = np.einsum("ij,j->i", self.exact.matrix[rows], query)
         valid = self.exact.valid[rows]
         if bonus is None:
             scores[~valid] = -np.inf
@@ -296,6 +284,7 @@ class Int8Index:
         self, query: npt.NDArray[np.float32], k: int, bonus: Sequence[Scores] | None
     ) -> tuple[Indices, Scores]:
         every = np.arange(len(self.exact))
+        self.rescored += every.size
         return _best(every, self._exact(query, every, bonus), k)
 
 
@@ -318,16 +307,22 @@ def int8_index(
     exact: VectorIndex, factory: Int8ProductFactory | None, minimum: int = INT8_FROM
 ) -> Int8Index | None:
     """An ``Int8Index`` over ``exact`` built with ``factory``, or ``None``: no factory, fewer
-    than ``minimum`` rows, or a factory that failed.
+    than ``minimum`` rows, a factory that failed, or a kernel whose products are not exact.
 
-    **Fail-open:** a factory that raises (onnxruntime missing or rejecting the graph) leaves
-    fp32 scoring; the results are the same, only slower.
+    The kernel is checked first (``int8_kernel_faults``: extreme rows and queries at this
+    width, and a sample of the catalogue's rows, against numpy's exact product), because the
+    int8 index's certification holds only for exact integer products.
+
+    **Fail-open:** a factory that raises (onnxruntime missing or rejecting the graph) or a
+    kernel that fails the check leaves fp32 scoring: the results are the same, only slower.
     """
     if factory is None or len(exact) < minimum or len(exact) == 0:
         return None
     quantized = quantize_rows(exact.matrix)
     try:
         product = factory(quantized[0])
+        if int8_kernel_faults(factory, quantized[0], product):
+            return None  # a kernel that saturates or wraps: fp32 scores exactly
     except Exception:  # a provider's kernel is unavailable: fp32 scores the same
         return None
     return Int8Index(exact, product, quantized)

@@ -16,8 +16,8 @@ import numpy.typing as npt
 from .._core.catalog import Catalog
 from .._core.errors import ConfigError
 from .._core.index import Progress, RecallIndex, Strategy
-from .._core.protocols import Embedder
-from .._core.vectors import INT8_FROM, Int8ProductFactory
+from .._core.protocols import Embedder, Int8Kernel
+from .._core.vectors import INT8_FROM
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
 
 _DEFAULT: object = object()
@@ -39,9 +39,10 @@ class ToolIndex(RecallIndex):
         strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
         progress: called as ``progress(done, total)`` while tools are embedded.
         extra_text: recall-only text per tool id (enrichment's phrasings).
-        int8_product: builds the int8 product that scores catalogues of at least
-            ``int8_from`` tools (int8 candidates re-scored exactly: fp32's results, ~4x
-            faster at 100k tools); by default onnxruntime's int8 kernel; ``None``: fp32 only.
+        int8_product: the ``Int8Kernel`` that scores catalogues of at least ``int8_from``
+            tools (int8 candidates re-scored exactly: fp32's results, ~4x faster at 100k
+            tools), checked against exact products when the index is built; by default
+            ``OnnxInt8Kernel()``; ``None``: fp32 only.
         int8_from: the catalogue size from which the int8 product is used.
 
     Raises:
@@ -63,7 +64,7 @@ class ToolIndex(RecallIndex):
         strategy: Strategy | None = None,
         progress: Progress | None = None,
         extra_text: Mapping[str, str] | None = None,
-        int8_product: Int8ProductFactory | object | None = _DEFAULT,
+        int8_product: Int8Kernel | object | None = _DEFAULT,
         int8_from: int = INT8_FROM,
     ) -> None:
         if not isinstance(catalog, Catalog):
@@ -74,9 +75,9 @@ class ToolIndex(RecallIndex):
 
             embedder = default_embedder()
         if int8_product is _DEFAULT:
-            from ..providers._embedders.int8_product import onnx_int8_product
+            from ..providers import OnnxInt8Kernel
 
-            int8_product = onnx_int8_product
+            int8_product = OnnxInt8Kernel()
         super().__init__(
             catalog,
             embedder=embedder,  # type: ignore[arg-type]

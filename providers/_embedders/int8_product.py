@@ -6,19 +6,52 @@ matrix itself: onnxruntime packs it once when the session loads and then streams
 fp32's bytes per query (measured ~4x faster than numpy's fp32 product at 100k x 384 on the
 shared 2-core machine; ``tests/bench/bench_load.py``). The graph is written as protobuf bytes
 here, so no ``onnx`` package is needed.
+
+Queries arrive in [1, 127] (``quantize_query``): on CPUs without VNNI onnxruntime's u8 x s8
+kernel adds pairs of products in a saturating int16, exact only while no pair passes 32,767.
+``int8_kernel_faults`` checks the kernel against numpy's exact product whenever an index is
+built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..._core.errors import EmbedderError
-from ..._core.vectors import QUERY_ZERO_POINT, Int8Product
+from ..._core.errors import ConfigError, EmbedderError
+from ..._core.quantize import QUERY_ZERO_POINT, Int8Product
 
 _INT8, _UINT8, _INT32 = 3, 2, 6  # ONNX TensorProto data types
+
+#: ``run(feed)``: the ``MatMulInteger`` of one ``(1, dim)`` uint8 query with the matrix the
+#: session holds, zero point ``QUERY_ZERO_POINT``; ``(1, n)`` int32 back.
+Runner = Callable[[npt.NDArray[np.uint8]], npt.NDArray[np.int32]]
+
+
+class OnnxInt8Kernel:
+    """onnxruntime's int8 kernel as a ``toolroute.providers.Int8Kernel``.
+
+    ``OnnxInt8Kernel()(rows)`` is ``onnx_int8_product(rows)``. The queries it is given never
+    exceed 127 (``quantize_query``), where onnxruntime's u8 x s8 kernel is exact on every
+    CPU, with or without VNNI.
+
+    Args:
+        threads: intra-op threads of each session.
+    """
+
+    def __init__(self, *, threads: int = 1) -> None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ConfigError(f"threads must be an int >= 1, got {threads!r}")
+        self.threads = threads
+
+    def __call__(self, rows: npt.NDArray[np.int8]) -> Int8Product:
+        return onnx_int8_product(rows, threads=self.threads)
+
+    def __repr__(self) -> str:
+        return f"OnnxInt8Kernel(threads={self.threads})"
 
 
 def onnx_int8_product(rows: npt.NDArray[np.int8], *, threads: int = 1) -> Int8Product:
@@ -29,11 +62,31 @@ def onnx_int8_product(rows: npt.NDArray[np.int8], *, threads: int = 1) -> Int8Pr
         threads: intra-op threads of the session.
 
     Raises:
+        ConfigError: ``rows`` is not a 2-d int8 matrix.
         EmbedderError: onnxruntime is missing or rejects the graph.
 
     **Threads:** the returned function may be called from several threads at once.
     """
-    n, dim = rows.shape
+    matrix = np.asarray(rows)
+    if matrix.ndim != 2 or matrix.dtype != np.int8:
+        raise ConfigError(
+            f"expected a 2-d int8 matrix of rows, got {matrix.dtype} of shape {matrix.shape}"
+        )
+    dim = matrix.shape[1]
+    run = _matmul_integer(np.ascontiguousarray(matrix.T), threads)
+
+    def product(query: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
+        feed = np.ascontiguousarray(query, dtype=np.uint8)
+        if feed.size != dim:
+            raise ValueError(f"expected a query of {dim} values, got {feed.size}")
+        out: npt.NDArray[np.int32] = run(feed.reshape(1, dim))[0]
+        return out
+
+    return product
+
+
+def _matmul_integer(weights: npt.NDArray[np.int8], threads: int) -> Runner:
+    """A session running ``MatMulInteger`` over ``weights`` (``(dim, n)``, int8)."""
     try:
         import onnxruntime as ort  # type: ignore[import-untyped]
     except ImportError as exc:
@@ -45,20 +98,19 @@ def onnx_int8_product(rows: npt.NDArray[np.int8], *, threads: int = 1) -> Int8Pr
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    model = _model(np.ascontiguousarray(rows.T, dtype=np.int8), n, dim)
+    dim, n = weights.shape
     try:
         session: Any = ort.InferenceSession(
-            model, sess_options=options, providers=["CPUExecutionProvider"]
+            _model(weights, n, dim), sess_options=options, providers=["CPUExecutionProvider"]
         )
     except Exception as exc:  # onnxruntime raises its own untyped exceptions
         raise EmbedderError(f"onnxruntime rejected the int8 scoring graph: {exc}") from exc
 
-    def product(query: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
-        feed = np.ascontiguousarray(query, dtype=np.uint8).reshape(1, dim)
-        out: npt.NDArray[np.int32] = session.run(None, {"q": feed})[0][0]
+    def run(feed: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
+        out: npt.NDArray[np.int32] = session.run(None, {"q": feed})[0]
         return out
 
-    return product
+    return run
 
 
 # -- protobuf, by hand: just the ModelProto fields this graph needs --------------------------

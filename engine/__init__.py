@@ -8,14 +8,13 @@ The everyday names live here; ``toolroute.config`` holds every config section,
 
 from importlib.metadata import version as _version
 
-from ._core.catalog import Catalog as Catalog
-from ._core.catalog import Server as Server
-from ._core.catalog import Tool as Tool
+from ._core.catalog.catalog import Catalog as Catalog
+from ._core.catalog.catalog import Server as Server
+from ._core.catalog.catalog import Tool as Tool
+from ._core.catalog.dedup import DedupResult as DedupResult
+from ._core.catalog.dedup import Removed as Removed
+from ._core.catalog.dedup import dedupe_tools as dedupe_tools
 from ._core.config import EngineConfig as EngineConfig
-from ._core.conversation import Messages as Messages
-from ._core.dedup import DedupResult as DedupResult
-from ._core.dedup import Removed as Removed
-from ._core.dedup import dedupe_tools as dedupe_tools
 from ._core.errors import CatalogError as CatalogError
 from ._core.errors import ConfigError as ConfigError
 from ._core.errors import DecisionError as DecisionError
@@ -25,14 +24,15 @@ from ._core.errors import ModelIntegrityError as ModelIntegrityError
 from ._core.errors import ProviderError as ProviderError
 from ._core.errors import ToolrouteError as ToolrouteError
 from ._core.outcome import Outcome as Outcome
-from ._core.policy import Policy as Policy
 from ._core.public import publish as _publish
-from ._core.routing_config import RoutingConfig as RoutingConfig
-from ._core.search_tool import search_tools_definition as search_tools_definition
-from ._core.selection import Ranking as Ranking
-from ._core.selection import Selection as Selection
-from ._core.toolsets import ToolSet as ToolSet
-from ._core.toolsets import system_prompts as system_prompts
+from ._core.routing.config import RoutingConfig as RoutingConfig
+from ._core.select.conversation import Messages as Messages
+from ._core.select.policy import Policy as Policy
+from ._core.select.search_tool import search_tools_definition as search_tools_definition
+from ._core.select.selection import Ranking as Ranking
+from ._core.select.selection import Selection as Selection
+from ._core.select.toolsets import ToolSet as ToolSet
+from ._core.select.toolsets import system_prompts as system_prompts
 from ._routing.pipeline import RoutingOutcome as RoutingOutcome
 from ._routing.pipeline import route_servers as route_servers
 from ._runtime.engine import Engine as Engine

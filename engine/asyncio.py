@@ -32,13 +32,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import outcome
 import trio
 
-from ._core.catalog import Catalog
+from ._core.catalog.catalog import Catalog
+from ._core.catalog.dedup import DedupResult
 from ._core.config import EngineConfig
-from ._core.dedup import DedupResult
 from ._core.protocols import Decider, Embedder, Generator
 from ._core.public import publish as _publish
+from ._core.select.toolsets import ToolSet
 from ._core.stores import Stores
-from ._core.toolsets import ToolSet
 from ._routing.pipeline import route_servers as trio_route_servers
 from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine

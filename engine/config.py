@@ -22,7 +22,7 @@ from ._core.config import SelectionDefaults as SelectionDefaults
 from ._core.config import SessionConfig as SessionConfig
 from ._core.config import WarmupConfig as WarmupConfig
 from ._core.public import publish as _publish
-from ._core.routing_config import RoutingConfig as RoutingConfig
+from ._core.routing.config import RoutingConfig as RoutingConfig
 
 __all__ = [
     "Deadlines",

@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
+from .._core.decide.json_text import extract_json
 from .._core.errors import ConfigError, ProviderError
-from .._core.json_text import extract_json
 from ._deciders.wire import envelope_message
 from ._http.async_driver import LoopOptions, ProviderLoop
 from ._http.retry import Redactor, Reply, TransportError

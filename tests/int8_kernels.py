@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from toolroute._core.quantize import QUERY_ZERO_POINT
+from toolroute._core.recall.quantize import QUERY_ZERO_POINT
 
 Product = Callable[[npt.NDArray[np.uint8]], npt.NDArray[np.int32]]
 INT16_MIN, INT16_MAX = -32_768, 32_767

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
 from .._core.evaluate import Query, load_queries
 
 #: Tools each system returns per query.

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
 from .._core.evaluate import load_queries
 from .._core.protocols import Embedder
 from .._core.text import embedding_text

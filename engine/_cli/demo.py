@@ -9,7 +9,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
 from .._core.config import EngineConfig, WarmupConfig
 from .._core.events import StepFinished, to_json
 from .._runtime.engine import Engine, open_engine

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 
 from .._core import files
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
 from .._core.errors import CatalogError, ConfigError
 from .._core.evaluate import Query, queries_from_data
 

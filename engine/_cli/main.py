@@ -16,11 +16,11 @@ from typing import Any, NoReturn, TextIO
 import attrs
 
 from .. import __version__
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
 from .._core.errors import ConfigError, ToolrouteError
 from .._core.evaluate import evaluate
-from .._core.index import STRATEGIES, Progress
-from .._core.selection import Selection
+from .._core.recall.index import STRATEGIES, Progress
+from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
 from .inputs import (
     check_expected_ids,

@@ -10,10 +10,10 @@ import attrs
 import cattrs
 from cattrs.v import format_exception
 
-from .dedup import DEFAULT_THRESHOLD, MODES, DedupMode
+from .catalog.dedup import DEFAULT_THRESHOLD, MODES, DedupMode
+from .catalog.tool import id_tuple
 from .errors import ConfigError
-from .routing_config import RoutingConfig
-from .tool import id_tuple
+from .routing.config import RoutingConfig
 from .validators import Check, is_number, rule
 
 # Each rule names what it expects; a value of the wrong type fails the rule (ConfigError)

@@ -8,9 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from .decision import DecisionRequest, DecisionResult
-from .decision_limits import DecisionLimits
-from .quantize import Int8Product
+from .decide.limits import DecisionLimits
+from .decide.types import DecisionRequest, DecisionResult
+from .recall.quantize import Int8Product
 
 
 @runtime_checkable

@@ -40,7 +40,7 @@ def publish(module: str, namespace: Mapping[str, Any]) -> None:
 
 
 def is_private_home(module: str) -> bool:
-    """``module`` is a private module of toolroute (``toolroute._core.catalog`` …)."""
+    """``module`` is a private module of toolroute (``toolroute._core.catalog.catalog`` …)."""
     return module.split(".")[0] == "toolroute" and any(
         part.startswith("_") for part in module.split(".")
     )

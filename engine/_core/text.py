@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
-from .catalog import Tool
+from .catalog.catalog import Tool
 
 # Runs of Unicode letters and digits; "_", punctuation and whitespace separate them.
 _WORD = re.compile(r"[^\W_]+")

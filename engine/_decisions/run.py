@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
-from .._core.decision import (
+from .._core.decide.types import (
     DecisionRequest,
     DecisionResult,
     answered_reason,

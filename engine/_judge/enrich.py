@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from .._core.catalog import Tool
-from .._core.index import brief
+from .._core.catalog.catalog import Tool
+from .._core.recall.index import brief
 from .._core.stores import EnrichmentStore
 from .._core.text import tool_text
 from .rerank import one_line, quote_data

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from .._core.catalog import Tool
-from .._core.index import brief
+from .._core.catalog.catalog import Tool
 from .._core.outcome import Outcome
-from .._core.selection import Ranking
+from .._core.recall.index import brief
+from .._core.select.selection import Ranking
 
 if TYPE_CHECKING:
     from .._core.protocols import Generator

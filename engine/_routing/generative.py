@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._core.json_text import extract_json
+from .._core.decide.json_text import extract_json
 
 if TYPE_CHECKING:
     from .._core.protocols import Generator

@@ -16,11 +16,17 @@ import attrs
 import numpy as np
 import trio
 
-from .._core.catalog import Catalog, Server
-from .._core.decision import BooleanGate, decision_key, gate_boolean, read_boolean, reply_outcome
+from .._core.catalog.catalog import Catalog, Server
+from .._core.decide.types import (
+    BooleanGate,
+    decision_key,
+    gate_boolean,
+    read_boolean,
+    reply_outcome,
+)
 from .._core.errors import ConfigError
-from .._core.keyword import KeywordIndex
 from .._core.outcome import Outcome
+from .._core.recall.keyword import KeywordIndex
 from .._core.text import tokenize
 from .._decisions.run import decide_parts
 from .generative import pick_servers

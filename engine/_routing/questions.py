@@ -15,13 +15,13 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from .._core.catalog import QUALIFIER, Server
-from .._core.conversation import read_turns
-from .._core.decision import BooleanQuestion, DecisionRequest, decision_key
-from .._core.decision_limits import DecisionLimits, estimate_state_tokens
+from .._core.catalog.catalog import QUALIFIER, Server
+from .._core.decide.limits import DecisionLimits, estimate_state_tokens
+from .._core.decide.types import BooleanQuestion, DecisionRequest, decision_key
 from .._core.outcome import Outcome
-from .._core.routing_config import RoutingConfig as RoutingConfig
-from .._core.routing_config import Wording
+from .._core.routing.config import RoutingConfig as RoutingConfig
+from .._core.routing.config import Wording
+from .._core.select.conversation import read_turns
 
 Strategy: TypeAlias = Literal["none", "embedding", "decision", "generative"]
 Floats: TypeAlias = "npt.NDArray[np.float64]"

@@ -11,14 +11,14 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from .._core.catalog import Catalog, Tool
+from .._core.catalog.catalog import Catalog, Tool
+from .._core.catalog.dedup import DedupResult, dedupe_tools
 from .._core.config import EngineConfig
-from .._core.dedup import DedupResult, dedupe_tools
 from .._core.errors import ConfigError
-from .._core.index import brief
-from .._core.policy import Policy
+from .._core.recall.index import brief
+from .._core.select.policy import Policy
+from .._core.select.toolsets import ToolSet
 from .._core.stores import EmbeddingStore
-from .._core.toolsets import ToolSet
 from .._stores.embedding_cache import embed_with_cache
 from .workers import RunCpu
 

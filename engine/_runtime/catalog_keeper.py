@@ -17,13 +17,13 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from .._core.catalog import Tool
+from .._core.catalog.catalog import Tool
 from .._core.config import EngineConfig
 from .._core.events import CatalogUpdated, Event, FailOpen, WarmupFinished, WarmupProgress
-from .._core.index import brief
+from .._core.recall.index import brief
+from .._core.recall.vectors import INT8_FROM
+from .._core.select.toolsets import ToolSet
 from .._core.stores import EmbeddingStore, EnrichmentStore
-from .._core.toolsets import ToolSet
-from .._core.vectors import INT8_FROM
 from .._judge.enrich import enrich_tools
 from .._stores.embedding_cache import embed_with_cache
 from .catalog_changes import dedupe_catalog, served, updated_catalog

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .._core.decision import DecisionRequest, DecisionResult, reply_outcome
+from .._core.decide.types import DecisionRequest, DecisionResult, reply_outcome
 from .._core.errors import DecisionError, DecisionErrorKind
 from .._core.events import DecisionFinished, Event
 from .._decisions.run import decide, decide_in_batches

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
+from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
-from .._core.dedup import DedupResult
 from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
+from .._core.select.toolsets import ToolSet
 from .._core.stores import Stores
-from .._core.toolsets import ToolSet
 from .._stores.local import EngineStores, cache_directory, local_stores
 from .catalog_changes import checked_sets, dedupe_catalog, served
 from .catalog_keeper import CatalogKeeper

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._core.catalog import Catalog, Server, Tool
+from .._core.catalog.catalog import Catalog, Server, Tool
+from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
-from .._core.decision import DecisionRequest, DecisionResult
-from .._core.dedup import DedupResult
-from .._core.index import Strategy
-from .._core.policy import Policy
+from .._core.decide.types import DecisionRequest, DecisionResult
 from .._core.public import NoPublicConstructor
-from .._core.selection import Selection
-from .._core.toolsets import ToolSet
+from .._core.recall.index import Strategy
+from .._core.select.policy import Policy
+from .._core.select.selection import Selection
+from .._core.select.toolsets import ToolSet
 from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService

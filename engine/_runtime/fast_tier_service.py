@@ -25,7 +25,7 @@ import trio
 
 from .._core.config import LoadConfig
 from .._core.events import Event, FailOpen
-from .._core.index import brief
+from .._core.recall.index import brief
 from .tool_index import ToolIndex
 from .workers import EngineClosing, WorkerCalls
 

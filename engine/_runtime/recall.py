@@ -26,9 +26,9 @@ import numpy.typing as npt
 import trio
 
 from .._core.events import Event, FailOpen
-from .._core.index import Strategy, brief, checked_query_vectors
 from .._core.outcome import Outcome
-from .._core.selection import Ranking
+from .._core.recall.index import Strategy, brief, checked_query_vectors
+from .._core.select.selection import Ranking
 from .batcher import QueryBatcher
 from .fast_tier_service import FastTierService
 from .query_cache import QueryCache

@@ -13,12 +13,12 @@ import attrs
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, SelectionFinished, query_hash
-from .._core.index import Strategy
 from .._core.outcome import Outcome
-from .._core.policy import Policy, select
-from .._core.selection import Ranking, Selection
-from .._core.steps import anchored
-from .._core.toolsets import ToolSet
+from .._core.recall.index import Strategy
+from .._core.select.policy import Policy, select
+from .._core.select.selection import Ranking, Selection
+from .._core.select.steps import anchored
+from .._core.select.toolsets import ToolSet
 from .._judge.rerank import RERANK_TOOL_LIMIT, rerank, rerank_pool_size, reranked_ranking
 from .catalog_keeper import CatalogKeeper
 from .recall import Recall

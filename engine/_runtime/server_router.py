@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .._core.catalog import Catalog, Server
+from .._core.catalog.catalog import Catalog, Server
 from .._core.config import EngineConfig
 from .._core.events import Event, FailOpen, RoutingFinished, query_hash
 from .._core.outcome import Outcome

@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .._core.catalog import Catalog
-from .._core.dedup import DedupResult
+from .._core.catalog.catalog import Catalog
+from .._core.catalog.dedup import DedupResult
 from .._core.errors import ConfigError
-from .._core.policy import Policy
-from .._core.steps import served_ids
-from .._core.toolsets import ToolSet
+from .._core.select.policy import Policy
+from .._core.select.steps import served_ids
+from .._core.select.toolsets import ToolSet
 from .tool_index import ToolIndex
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .._core.decision import DecisionRequest, DecisionResult
+from .._core.decide.types import DecisionRequest, DecisionResult
 from .._decisions import run
 from ..providers import default_decider
 

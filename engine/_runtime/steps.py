@@ -1,4 +1,4 @@
-"""Steps: the async shell around the pure step planner (``toolroute._core.steps``).
+"""Steps: the async shell around the pure step planner (``toolroute._core.select.steps``).
 
 It holds the session (so steps of one session apply one at a time, in arrival order), asks
 the server router and recall, and applies what the planner decided to the session's state.
@@ -12,16 +12,22 @@ from typing import Any
 
 import attrs
 
-from .._core.catalog import id_tuple
+from .._core.catalog.catalog import id_tuple
 from .._core.config import EngineConfig
-from .._core.conversation import extract_query, idle_steps
 from .._core.errors import ConfigError
 from .._core.events import Event, StepFinished, query_hash
 from .._core.outcome import Outcome
-from .._core.search_tool import HINT, read_arguments
-from .._core.steps import StepInput, StepPick, ranked_step, ranking_window, step_without_ranking
+from .._core.select.conversation import extract_query, idle_steps
+from .._core.select.search_tool import HINT, read_arguments
+from .._core.select.steps import (
+    StepInput,
+    StepPick,
+    ranked_step,
+    ranking_window,
+    step_without_ranking,
+)
+from .._core.select.toolsets import ToolSet, system_prompts
 from .._core.stores import SessionState, SessionStore
-from .._core.toolsets import ToolSet, system_prompts
 from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .recall import Recall

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from .._core.catalog import Catalog
+from .._core.catalog.catalog import Catalog
 from .._core.errors import ConfigError
-from .._core.index import Progress, RecallIndex, Strategy
 from .._core.protocols import Embedder, Int8Kernel
-from .._core.vectors import INT8_FROM
+from .._core.recall.index import Progress, RecallIndex, Strategy
+from .._core.recall.vectors import INT8_FROM
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
 
 _DEFAULT: object = object()

@@ -51,8 +51,8 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from .._core.index import Progress, embed_into
 from .._core.protocols import Embedder
+from .._core.recall.index import Progress, embed_into
 from .._core.stores import EmbeddingStore
 
 _MAGIC: Final = b"TREMBED\x00"

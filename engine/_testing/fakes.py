@@ -10,8 +10,14 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from .._core.decision import Answer, BooleanAnswer, BooleanQuestion, DecisionRequest, DecisionResult
-from .._core.decision_limits import DecisionLimits
+from .._core.decide.limits import DecisionLimits
+from .._core.decide.types import (
+    Answer,
+    BooleanAnswer,
+    BooleanQuestion,
+    DecisionRequest,
+    DecisionResult,
+)
 from .._core.errors import DecisionError
 from ..providers import HashingEmbedder
 

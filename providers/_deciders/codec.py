@@ -21,11 +21,11 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..._core.decision import Answer, DecisionRequest, Question, Usage
-from ..._core.decision_limits import DecisionLimits
-from ..._core.decision_wire import read_usage
+from ..._core.decide.limits import DecisionLimits
+from ..._core.decide.media import PreparedMedia
+from ..._core.decide.types import Answer, DecisionRequest, Question, Usage
+from ..._core.decide.wire import read_usage
 from ..._core.errors import DecisionError
-from ..._core.media import PreparedMedia
 from .._http.retry import Reply
 from .wire import (
     Decoded,

@@ -15,10 +15,10 @@ from typing import Unpack
 
 import trio
 
-from ..._core.decision import DecisionRequest, DecisionResult
-from ..._core.decision_limits import DecisionLimits, check_request
+from ..._core.decide.limits import DecisionLimits, check_request
+from ..._core.decide.media import PreparedMedia, prepare_media
+from ..._core.decide.types import DecisionRequest, DecisionResult
 from ..._core.errors import ConfigError, DecisionError, ProviderError
-from ..._core.media import PreparedMedia, prepare_media
 from .._http.async_driver import LoopOptions, ProviderLoop
 from .._http.retry import Redactor, Reply, TransportError
 from .._http.rules import RetryPolicy

@@ -11,15 +11,15 @@ from typing import ClassVar, Unpack
 
 import trio
 
-from ..._core.decision import (
+from ..._core.decide.limits import check_request
+from ..._core.decide.types import (
     Answer,
     DecisionRequest,
     DecisionResult,
     Question,
     Usage,
 )
-from ..._core.decision_limits import check_request
-from ..._core.decision_wire import logger
+from ..._core.decide.wire import logger
 from ..._core.errors import DecisionError
 from .._http.async_driver import LoopOptions
 from .codec import QuestionCodec, QuestionReply

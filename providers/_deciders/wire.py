@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ..._core.decision import (
+from ..._core.decide.types import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -27,7 +27,7 @@ from ..._core.decision import (
     Question,
     Usage,
 )
-from ..._core.decision_wire import Misaligned, read_answers
+from ..._core.decide.wire import Misaligned, read_answers
 from ..._core.errors import DecisionError, DecisionErrorKind
 from .._http.retry import Redactor, Reply
 from .._http.rules import RETRYABLE_STATUSES

@@ -1,6 +1,6 @@
 """int8 dot products of a fixed matrix with one query, on onnxruntime's packed int8 kernel.
 
-``toolroute._core.vectors.Int8Index`` scores 100k tools from int8 rows; numpy has no fast int8
+``toolroute._core.recall.vectors.Int8Index`` scores 100k tools from int8 rows; numpy has no fast int8
 matrix product, so this builds a one-node ONNX graph (``MatMulInteger``) whose weight is the
 matrix itself: onnxruntime packs it once when the session loads and then streams a quarter of
 fp32's bytes per query (measured ~4x faster than numpy's fp32 product at 100k x 384 on the
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._core.errors import ConfigError, EmbedderError
-from ..._core.quantize import QUERY_ZERO_POINT, Int8Product
+from ..._core.recall.quantize import QUERY_ZERO_POINT, Int8Product
 
 _INT8, _UINT8, _INT32 = 3, 2, 6  # ONNX TensorProto data types
 

@@ -359,7 +359,7 @@ async def test_search_tools_rejects_bad_arguments(
 
 
 def test_search_tools_definitions_read_back_as_catalogues() -> None:
-    from toolroute._core.search_tool import search_tools_definition
+    from toolroute._core.select.search_tool import search_tools_definition
 
     assert Catalog.from_openai([search_tools_definition("openai")]).ids == ("search_tools",)
     assert Catalog.from_openai([search_tools_definition("openai-responses")]).ids == (

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import trio
 
-import toolroute._core.index as recall_index
+import toolroute._core.recall.index as recall_index
 from toolroute import Catalog, ToolIndex
 from toolroute._core.config import EngineConfig
-from toolroute._core.vectors import INT8_FROM
+from toolroute._core.recall.vectors import INT8_FROM
 from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
 

@@ -58,7 +58,7 @@ from loopback.decision_vendors import (  # noqa: E402
 )
 
 from toolroute import Outcome, RoutingConfig, Server, route_servers, try_decide  # noqa: E402
-from toolroute._core.decision import decision_key  # noqa: E402
+from toolroute._core.decide.types import decision_key  # noqa: E402
 from toolroute._decisions.run import decide_in_batches  # noqa: E402
 from toolroute.decisions import BooleanQuestion, DecisionRequest  # noqa: E402
 from toolroute.providers import LayaDecider, TypeSafeDecider  # noqa: E402

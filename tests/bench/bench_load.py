@@ -41,8 +41,8 @@ import trio
 
 from toolroute import Catalog, EngineConfig, ToolIndex, open_engine
 from toolroute._core.config import WarmupConfig
+from toolroute._core.recall.vectors import Int8Index, VectorIndex, top_k
 from toolroute._core.text import KEYWORD_TEXT_CHARS, MODEL_TEXT_CHARS, bounded, embedding_text
-from toolroute._core.vectors import Int8Index, VectorIndex, top_k
 from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
 from toolroute.providers._embedders.fast_tier.tier import FastTier

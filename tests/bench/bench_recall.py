@@ -151,7 +151,7 @@ def scale_run(root: Path, cache_dir: Path, sizes: list[int]) -> list[dict[str, A
             timings["keyword"].append(index.select(q, strategy="keyword").latency_ms)
             t = time.perf_counter()
             scores = index.vectors.scores(qv[i % 32])
-            from toolroute._core.vectors import top_k
+            from toolroute._core.recall.vectors import top_k
 
             top_k(scores, 5)
             timings["vector"].append((time.perf_counter() - t) * 1000)

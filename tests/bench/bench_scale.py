@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 
 from toolroute import Catalog, ToolIndex
-from toolroute._core import quantize, vectors
-from toolroute._core.quantize import extreme_rows, quantize_rows
+from toolroute._core.recall import quantize, vectors
+from toolroute._core.recall.quantize import extreme_rows, quantize_rows
+from toolroute._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex, int8_index, top_k
 from toolroute._core.text import embedding_text
-from toolroute._core.vectors import INT8_FROM, Int8Index, VectorIndex, int8_index, top_k
 from toolroute._stores.embedding_cache import embed_with_cache
 from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder

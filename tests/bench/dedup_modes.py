@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from toolroute import Catalog, dedupe_tools
-from toolroute._core.catalog import Tool
+from toolroute._core.catalog.catalog import Tool
 from toolroute._core.text import embedding_text, split_identifier
 from toolroute.providers import HashingEmbedder, default_embedder
 

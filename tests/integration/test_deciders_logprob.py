@@ -20,7 +20,7 @@ from loopback.memory import (
     reply,
 )
 
-from toolroute._core.decision import (
+from toolroute._core.decide.types import (
     BooleanAnswer,
     BooleanQuestion,
     Question,

@@ -15,7 +15,7 @@ from loopback.decision_vendors import AnswerValue, Asked, Fault, serve_vendor
 from test_deciders_loopback import API_KEY, MAP_VENDORS, NO_RETRY, opened
 
 from toolroute import Outcome, RoutingConfig, Server, route_servers
-from toolroute._core.decision_limits import estimate_state_tokens
+from toolroute._core.decide.limits import estimate_state_tokens
 from toolroute.providers import LayaDecider
 
 SIX = [

@@ -20,7 +20,7 @@ from loopback.memory import (
     with_media,
 )
 
-from toolroute._core.decision import (
+from toolroute._core.decide.types import (
     BooleanAnswer,
     BooleanQuestion,
     ChoiceAnswer,

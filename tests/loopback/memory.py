@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from toolroute._core.decision import (
+from toolroute._core.decide.types import (
     BooleanQuestion,
     ChoiceQuestion,
     DecisionRequest,

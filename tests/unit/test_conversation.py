@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError
-from toolroute._core.conversation import extract_query, idle_steps, read_turns
+from toolroute._core.select.conversation import extract_query, idle_steps, read_turns
 
 
 def user(text: str) -> dict[str, object]:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import Catalog, ConfigError, ToolIndex
-from toolroute._core.conversation import extract_query, idle_steps, read_turns
+from toolroute._core.select.conversation import extract_query, idle_steps, read_turns
 from toolroute._routing.pipeline import routing_query
 
 Message = dict[str, Any]

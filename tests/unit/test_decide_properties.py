@@ -15,7 +15,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute._core.decision import BooleanQuestion, DecisionRequest
+from toolroute._core.decide.types import BooleanQuestion, DecisionRequest
 from toolroute._core.errors import DecisionError
 from toolroute._decisions.run import decide, decide_in_batches, try_decide
 from toolroute.providers import LayaDecider

@@ -9,15 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError, DecisionError
-from toolroute._core.decision import (
+from toolroute._core.decide.limits import ModelLimits, check_request, estimate_tokens
+from toolroute._core.decide.types import (
     answered_reason,
     decision_key,
     merge_results,
     reply_outcome,
     split_questions,
 )
-from toolroute._core.decision_limits import ModelLimits, check_request, estimate_tokens
-from toolroute._core.decision_wire import (
+from toolroute._core.decide.wire import (
     MalformedAnswer,
     Misaligned,
     read_answer,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute._core.catalog import Catalog, Tool
-from toolroute._core.dedup import (
+from toolroute._core.catalog.catalog import Catalog, Tool
+from toolroute._core.catalog.dedup import (
     DedupResult,
     Removed,
     _leaders_join,

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from toolroute import Catalog, Outcome, Ranking, ToolIndex
-from toolroute._core.policy import Policy, select
+from toolroute._core.select.policy import Policy, select
 
 CATALOG = Catalog.from_plain(
     [

@@ -17,7 +17,7 @@ import trio.testing
 from loopback.chat_vendor import Answer, Vendor, serve_chat
 
 from toolroute import CacheWarning, Catalog, ProviderError, Tool, ToolIndex
-from toolroute._core.keyword import KeywordIndex
+from toolroute._core.recall.keyword import KeywordIndex
 from toolroute._core.text import embedding_text, keyword_document, tokenize
 from toolroute._judge.enrich import (
     ENRICH_SCHEMA,

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from toolroute._core.fusion import COVERAGE_WEIGHT, NAME_WEIGHT, fuse
-from toolroute._core.keyword import KeywordIndex
+from toolroute._core.recall.fusion import COVERAGE_WEIGHT, NAME_WEIGHT, fuse
+from toolroute._core.recall.keyword import KeywordIndex
 
 
 def test_fuse_adds_squared_coverages_to_the_cosine() -> None:

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 from toolroute import Catalog, CatalogError, ConfigError, Tool, dedupe_tools
 from toolroute._cli.inputs import read_catalog, read_json, read_queries
 from toolroute._cli.main import main
+from toolroute._core.catalog.readers import FORMATS
 from toolroute._core.config import EngineConfig
-from toolroute._core.conversation import extract_query, idle_steps, read_turns
-from toolroute._core.readers import FORMATS
+from toolroute._core.select.conversation import extract_query, idle_steps, read_turns
 
 EXAMPLES = 1_000 if os.environ.get("CI") else 100
 fuzz = settings(

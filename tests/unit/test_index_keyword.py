@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import Catalog, ConfigError, Outcome, Ranking, Selection, ToolIndex
-from toolroute._core.index import RecallIndex
+from toolroute._core.recall.index import RecallIndex
+from toolroute._core.recall.vectors import numpy_int8_product
 from toolroute._core.text import embedding_text
-from toolroute._core.vectors import numpy_int8_product
 from toolroute.providers import Embedder, HashingEmbedder
 from toolroute.testing import ScriptedEmbedder
 

@@ -17,8 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute._core.quantize import QUERY_PEAK, numpy_int8_product, quantize_query
-from toolroute._core.vectors import RESCORE_FACTOR, RESCORE_MIN, Int8Index, VectorIndex, top_k
+from toolroute._core.recall.quantize import QUERY_PEAK, numpy_int8_product, quantize_query
+from toolroute._core.recall.vectors import (
+    RESCORE_FACTOR,
+    RESCORE_MIN,
+    Int8Index,
+    VectorIndex,
+    top_k,
+)
 
 constructed = settings(max_examples=60, deadline=None, database=None, derandomize=True)
 

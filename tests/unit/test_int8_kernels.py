@@ -1,5 +1,5 @@
 """int8 kernels: exact at the extremes on every CPU, and the build-time check that rejects one
-that is not (``toolroute._core.quantize.int8_kernel_faults``).
+that is not (``toolroute._core.recall.quantize.int8_kernel_faults``).
 
 The kernel that matters is onnxruntime's u8 x s8 on CPUs without VNNI, which saturates pairs
 of products in int16; ``tests/int8_kernels.py`` emulates it, so these tests show its
@@ -16,8 +16,8 @@ import pytest
 from int8_kernels import saturating_kernel, saturating_product
 
 from toolroute import Catalog, ToolIndex
-from toolroute._core.index import RecallIndex
-from toolroute._core.quantize import (
+from toolroute._core.recall.index import RecallIndex
+from toolroute._core.recall.quantize import (
     QUERY_PEAK,
     QUERY_ZERO_POINT,
     extreme_queries,
@@ -27,7 +27,7 @@ from toolroute._core.quantize import (
     quantize_query,
     quantize_rows,
 )
-from toolroute._core.vectors import VectorIndex, int8_index, top_k
+from toolroute._core.recall.vectors import VectorIndex, int8_index, top_k
 from toolroute.providers import Int8Kernel, OnnxInt8Kernel
 from toolroute.providers._embedders.int8_product import onnx_int8_product
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute._core.keyword import KeywordIndex
+from toolroute._core.recall.keyword import KeywordIndex
 
 # Three documents of lengths 2, 3 and 4 (average length 3).
 DOCS = [

@@ -455,7 +455,8 @@ def test_the_graph_reader_sees_every_layer() -> None:
     assert {"_core", "_runtime", "_routing", "_decisions", "providers", "public"} <= layers
     assert any(imp.target == "httpx" for imp in imports())
     assert any(
-        imp.source == "toolroute._core.catalog" and imp.target == "toolroute._core.readers"
+        imp.source == "toolroute._core.catalog.catalog"
+        and imp.target == "toolroute._core.catalog.readers"
         for imp in imports()
     )
 
@@ -470,13 +471,13 @@ def test_the_checks_catch_what_they_look_for() -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
     ]
     assert [_is_os_file_call(call) for call in calls] == [True, True, False, False]
-    core = modules()["toolroute._core.catalog"]
+    core = modules()["toolroute._core.config"]
     relative = ast.parse("from ..providers import Embedder\nfrom . import files").body
     assert [_resolve(core, node) for node in relative if isinstance(node, ast.ImportFrom)] == [
         "toolroute.providers",
         "toolroute._core",
     ]
-    assert layer("toolroute._core.catalog") == "_core"
+    assert layer("toolroute._core.catalog.catalog") == "_core"
     assert layer("toolroute.providers._http.transport") == "providers"
     # The purity rule fires on a pure module importing trio or the HTTP module.
     fake = [

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolroute._core.decision_limits import MediaLimits
+from toolroute._core.decide.limits import MediaLimits
+from toolroute._core.decide.media import PreparedMedia, image_size, prepare_media, sniff
 from toolroute._core.errors import DecisionError, DecisionErrorKind
-from toolroute._core.media import PreparedMedia, image_size, prepare_media, sniff
 
 
 def png(width: int = 3, height: int = 2) -> bytes:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import Catalog, ConfigError, Policy, Tool
-from toolroute._core.policy import GAP_RATIO, MIN_ADAPTIVE, Pick, apply_policy, elbow
+from toolroute._core.select.policy import GAP_RATIO, MIN_ADAPTIVE, Pick, apply_policy, elbow
 
 
 def ids(picks: list[Pick]) -> list[str]:

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import Catalog, CatalogError, ConfigError, Server, Tool
-from toolroute._core import files, readers
+from toolroute._core import files
+from toolroute._core.catalog.catalog import readers
 from toolroute.evaluate import load_queries
 
 WEATHER_SCHEMA: dict[str, Any] = {

@@ -13,13 +13,13 @@ import trio
 import trio.testing
 
 from toolroute import Catalog, ConfigError, Outcome, Server, Tool
-from toolroute._core.decision import (
+from toolroute._core.decide.limits import DecisionLimits, ModelLimits, estimate_state_tokens
+from toolroute._core.decide.types import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
     DecisionRequest,
 )
-from toolroute._core.decision_limits import DecisionLimits, ModelLimits, estimate_state_tokens
 from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute._routing.generative import DEFAULT_PROMPT_OPENING, SCHEMA, router_prompt
 from toolroute._routing.pipeline import (

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolroute import Outcome, Server
-from toolroute._core.decision import (
+from toolroute._core.decide.limits import DecisionLimits
+from toolroute._core.decide.types import (
     Answer,
     BooleanAnswer,
     BooleanGate,
@@ -26,7 +27,6 @@ from toolroute._core.decision import (
     ScoreAnswer,
     gate_boolean,
 )
-from toolroute._core.decision_limits import DecisionLimits
 from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute._routing.pipeline import RoutingConfig, RoutingOutcome, route_servers
 from toolroute.testing import ScriptedGenerator

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import Catalog, Outcome, ToolSet
-from toolroute._core.selection import Ranking
-from toolroute._core.steps import (
+from toolroute._core.select.selection import Ranking
+from toolroute._core.select.steps import (
     StepInput,
     ranked_step,
     ranking_window,

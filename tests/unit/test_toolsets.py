@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolroute import ConfigError
-from toolroute._core.toolsets import (
+from toolroute._core.select.toolsets import (
     ANCHOR_MIN_SIMILARITY,
     ToolSet,
     activated_sets,

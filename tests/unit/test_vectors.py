@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from int8_kernels import saturating_runner
 
-from toolroute._core.fusion import fuse
-from toolroute._core.vectors import (
+from toolroute._core.recall.fusion import fuse
+from toolroute._core.recall.vectors import (
     QUERY_PEAK,
     QUERY_ZERO_POINT,
     RESCORE_MIN,

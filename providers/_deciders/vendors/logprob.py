@@ -15,7 +15,8 @@ from typing import Any, Unpack
 
 import attrs
 
-from ...._core.decision import (
+from ...._core.decide.limits import DecisionLimits
+from ...._core.decide.types import (
     BooleanAnswer,
     BooleanQuestion,
     ChoiceQuestion,
@@ -23,8 +24,7 @@ from ...._core.decision import (
     Question,
     Usage,
 )
-from ...._core.decision_limits import DecisionLimits
-from ...._core.decision_wire import logger
+from ...._core.decide.wire import logger
 from ...._core.errors import ConfigError, DecisionError
 from ..._http.async_driver import LoopOptions
 from ..._http.retry import Reply

@@ -21,7 +21,9 @@ from typing import Any, Unpack
 
 import attrs
 
-from ...._core.decision import (
+from ...._core.decide.limits import DecisionLimits, MediaLimits
+from ...._core.decide.media import PreparedMedia
+from ...._core.decide.types import (
     JSON,
     Answer,
     BooleanQuestion,
@@ -31,10 +33,8 @@ from ...._core.decision import (
     Question,
     ScoreQuestion,
 )
-from ...._core.decision_limits import DecisionLimits, MediaLimits
-from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ...._core.decide.wire import MalformedAnswer, logger, read_answer, read_usage
 from ...._core.errors import ConfigError, DecisionError
-from ...._core.media import PreparedMedia
 from ..._http.async_driver import LoopOptions
 from ..._http.retry import Reply
 from ..codec import VendorSpec, bearer_headers

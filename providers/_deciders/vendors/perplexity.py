@@ -11,10 +11,10 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ...._core.decision import DecisionRequest
-from ...._core.decision_limits import DecisionLimits, MediaLimits
+from ...._core.decide.limits import DecisionLimits, MediaLimits
+from ...._core.decide.media import PreparedMedia, image_size
+from ...._core.decide.types import DecisionRequest
 from ...._core.errors import DecisionError
-from ...._core.media import PreparedMedia, image_size
 from ..._http.async_driver import LoopOptions
 from ..._http.retry import Reply
 from ..codec import VendorSpec, bearer_headers, read_system_one

@@ -18,7 +18,8 @@ from typing import Any, Unpack
 
 import attrs
 
-from ...._core.decision import (
+from ...._core.decide.limits import DecisionLimits
+from ...._core.decide.types import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,
@@ -29,8 +30,7 @@ from ...._core.decision import (
     Usage,
     is_probability,
 )
-from ...._core.decision_limits import DecisionLimits
-from ...._core.decision_wire import MalformedAnswer, logger, read_answer, read_usage
+from ...._core.decide.wire import MalformedAnswer, logger, read_answer, read_usage
 from ...._core.errors import DecisionError
 from ..._http.async_driver import LoopOptions
 from ..._http.retry import Reply

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ...._core.decision import DecisionRequest
-from ...._core.decision_limits import DecisionLimits
-from ...._core.decision_wire import read_usage
+from ...._core.decide.limits import DecisionLimits
+from ...._core.decide.media import PreparedMedia
+from ...._core.decide.types import DecisionRequest
+from ...._core.decide.wire import read_usage
 from ...._core.errors import ConfigError, DecisionError
-from ...._core.media import PreparedMedia
 from ..._http.async_driver import LoopOptions
 from ..._http.retry import Reply
 from ..codec import VendorSpec, bearer_headers, read_system_one, system_one_body

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .outcome import Outcome
+from ..outcome import Outcome
 from .policy import COSINE_SCALED, Policy, select
 from .selection import Ranking
 from .toolsets import ToolSet, activated_sets
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
+    from ..catalog.catalog import Catalog
 
 
 @attrs.frozen(kw_only=True)

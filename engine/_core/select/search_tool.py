@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 NAME = "search_tools"
 DESCRIPTION = (

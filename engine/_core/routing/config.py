@@ -7,9 +7,9 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from .errors import ConfigError
-from .tool import id_tuple
-from .validators import Check, is_number, rule
+from ..catalog.tool import id_tuple
+from ..errors import ConfigError
+from ..validators import Check, is_number, rule
 
 Granularity: TypeAlias = Literal["server", "tool"]
 Wording: TypeAlias = Literal["measured", "compact"]

@@ -35,7 +35,7 @@ from typing import Any, TypeAlias, TypeGuard
 
 import attrs
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: How many recent texts join the anchor in the conversation query.
 RECENT_WINDOW = 3

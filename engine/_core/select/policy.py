@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from .catalog import id_tuple
-from .errors import ConfigError
-from .outcome import Outcome
+from ..catalog.catalog import id_tuple
+from ..errors import ConfigError
+from ..outcome import Outcome
 from .selection import Ranking, Selection
 from .toolsets import ToolSet, activated_sets, expand_additive
 

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
-from .catalog import id_tuple
+from ..catalog.catalog import id_tuple
 
 #: Cosine at which an anchor activates its set (MiniLM int8; 80 % pair precision on dev,
 #: keeping 21 % of the true pairs: an anchor has to be clearly asked for).

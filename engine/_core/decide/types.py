@@ -13,9 +13,9 @@ from typing import Any, TypeAlias, TypeGuard
 
 import attrs
 
-from .errors import ConfigError
-from .outcome import Outcome
-from .validators import is_number, rule
+from ..errors import ConfigError
+from ..outcome import Outcome
+from ..validators import is_number, rule
 
 #: A JSON value: what a state, a criterion or a legend may hold.
 JSON: TypeAlias = Any

@@ -29,12 +29,12 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import CatalogError, ConfigError
+from ..text import embedding_text
 from .catalog import Catalog, Tool
-from .errors import CatalogError, ConfigError
-from .text import embedding_text
 
 if TYPE_CHECKING:
-    from .protocols import Embedder
+    from ..protocols import Embedder
 
 __all__ = ["DedupResult", "Removed", "dedupe_tools", "signature", "signature_tokens"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: Separator between server and tool name in a qualified tool id (keeps OpenAI's name rule).
 QUALIFIER = "__"

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from .outcome import Outcome
+from ..outcome import Outcome
 
 
 @attrs.frozen(kw_only=True)

@@ -10,7 +10,7 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .errors import CatalogError
+from ..errors import CatalogError
 from .tool import QUALIFIER, Tool
 
 FORMATS = ("openai", "anthropic", "gemini", "mcp", "mcp-servers", "plain")

@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from . import files
-from .decision import Media
-from .decision_limits import MediaLimits
-from .errors import DecisionError, DecisionErrorKind
+from .. import files
+from ..errors import DecisionError, DecisionErrorKind
+from .limits import MediaLimits
+from .types import Media
 
 __all__ = ["MAX_ECHO_CHARS", "PreparedMedia", "image_size", "prepare_media", "sniff"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from .decision import (
+from .types import (
     Answer,
     BooleanAnswer,
     BooleanQuestion,

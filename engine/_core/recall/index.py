@@ -15,16 +15,16 @@ from typing import Literal, Self
 import numpy as np
 import numpy.typing as npt
 
-from .catalog import Catalog
-from .errors import ConfigError
+from ..catalog.catalog import Catalog
+from ..errors import ConfigError
+from ..outcome import Outcome
+from ..protocols import Embedder
+from ..select.policy import Policy, select
+from ..select.selection import Ranking, Selection
+from ..select.toolsets import ToolSet
+from ..text import embedding_text, keyword_document, split_identifier, tokenize
 from .fusion import COVERAGE_WEIGHT, NAME_WEIGHT, fuse
 from .keyword import KeywordIndex
-from .outcome import Outcome
-from .policy import Policy, select
-from .protocols import Embedder
-from .selection import Ranking, Selection
-from .text import embedding_text, keyword_document, split_identifier, tokenize
-from .toolsets import ToolSet
 from .vectors import (
     INT8_FROM,
     Indices,

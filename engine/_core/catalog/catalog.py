@@ -7,8 +7,9 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
 
-from . import files, readers
-from .errors import CatalogError
+from .. import files
+from ..errors import CatalogError
+from . import readers
 from .tool import QUALIFIER as QUALIFIER
 from .tool import Server as Server
 from .tool import Tool as Tool
@@ -16,7 +17,8 @@ from .tool import id_tuple as id_tuple
 
 #: The catalogue ``toolroute demo`` routes over, shipped as package data beside the code, so
 #: the first example works without a tool file of one's own.
-DEMO_CATALOG = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "demo_catalog.json")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+DEMO_CATALOG = os.path.join(_PACKAGE, "data", "demo_catalog.json")
 
 
 @attrs.frozen(init=False)

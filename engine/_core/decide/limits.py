@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from .decision import JSON, DecisionRequest
-from .errors import DecisionError, DecisionErrorKind
+from ..errors import DecisionError, DecisionErrorKind
+from .types import JSON, DecisionRequest
 
 #: Characters per token of the base estimate, and the safety margin on top.
 CHARS_PER_TOKEN = 4

@@ -18,7 +18,7 @@ from .._core.catalog import Catalog, Server, Tool
 from .._core.config import EngineConfig
 from .._core.decision import DecisionRequest, DecisionResult
 from .._core.dedup import DedupResult
-from .._core.index import Strategy
+from .._core.index import RecallIndex, Strategy
 from .._core.policy import Policy
 from .._core.selection import Selection
 from .._core.toolsets import ToolSet
@@ -30,7 +30,6 @@ from .recall import Recall, RecallStatistics
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
 from .steps import Messages, Steps, StepSelection
-from .tool_index import ToolIndex
 
 if TYPE_CHECKING:
     from ..providers import Decider
@@ -75,8 +74,9 @@ class Engine:
         return self._keeper.snapshot.source
 
     @property
-    def index(self) -> ToolIndex:
-        """The current snapshot's index: keyword-only until warm-up finishes."""
+    def index(self) -> RecallIndex:
+        """The current snapshot's index: keyword-only until warm-up finishes. It holds no
+        model: it ranks request vectors it is given (``await select`` embeds the request)."""
         return self._keeper.snapshot.index
 
     @property

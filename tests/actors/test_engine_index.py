@@ -45,7 +45,8 @@ async def test_the_engines_index_never_runs_the_model_on_the_trio_thread() -> No
     async with open_engine(TOOLS, config=EngineConfig(cache=False), embedder=embedder) as engine:
         with trio.fail_after(60):
             await engine.ready()
-        assert embedder.on_trio_thread and not any(embedder.on_trio_thread)  # warm-up: a worker
+        assert embedder.on_trio_thread  # warm-up embedded the tools, in a worker thread
+        assert not any(embedder.on_trio_thread)
         embedder.on_trio_thread.clear()
         # The index holds no model: a request vector has to be given (``Engine.select``
         # embeds through the batcher, under the deadline).

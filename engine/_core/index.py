@@ -151,7 +151,7 @@ class RecallIndex:
         return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
 
     @property
-    def tool_vectors(self) -> Verdict:
+    def vectors_verdict(self) -> Verdict:
         """Whether the index has tool vectors (``applied``), or why not (``degraded``)."""
         if self.vectors is not None:
             return Verdict.applied()
@@ -192,7 +192,7 @@ class RecallIndex:
     def ranked(self, query: str, request: RequestVector, k: int, strategy: Strategy) -> Ranking:
         """``rank`` for a strategy already chosen: the planner decides, this scores."""
         return self._rank(
-            query, k, plan_recall(query, strategy, request, tool_vectors=self.tool_vectors)
+            query, k, plan_recall(query, strategy, request, tool_vectors=self.vectors_verdict)
         )
 
     def _rank(self, query: str, k: int, plan: RecallPlan) -> Ranking:

@@ -226,7 +226,7 @@ class ToolIndex:
         only, ``degraded`` with the reason.
         """
         chosen = self._strategy(strategy)
-        tools = self.recall.tool_vectors
+        tools = self.recall.vectors_verdict
         missing = RequestVector.missing(tools.reason)
         requests = [missing] * len(queries)
         asked = [
@@ -248,13 +248,17 @@ class ToolIndex:
 
     def _request(self, query: str, strategy: Strategy) -> RequestVector:
         """The request's vector from the embedder, or why there is none."""
-        tools = self.recall.tool_vectors
+        tools = self.recall.vectors_verdict
         if self.embedder is None or not needs_request_vector(query, strategy, tool_vectors=tools):
             return RequestVector.missing(tools.reason)
         try:
             return RequestVector.full(self.query_vectors([query])[0])
         except Exception as exc:  # the selection degrades; it never raises
             return RequestVector.missing(f"embedder failed on the query: {brief(exc)}")
+
+    def ranked(self, query: str, request: RequestVector, k: int, strategy: Strategy) -> Ranking:
+        """As ``RecallIndex.ranked``: rank with a request vector obtained elsewhere."""
+        return self.recall.ranked(query, request, k, strategy)
 
     def query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Query vectors from the index's embedder, checked: one row per query, the index's

@@ -31,6 +31,7 @@ from ._core.routing_config import RoutingConfig as RoutingConfig
 from ._core.search_tool import search_tools_definition as search_tools_definition
 from ._core.selection import Ranking as Ranking
 from ._core.selection import Selection as Selection
+from ._core.selection import Strategy as Strategy
 from ._core.text import tokenize as tokenize
 from ._core.toolsets import ToolSet as ToolSet
 from ._core.toolsets import system_prompts as system_prompts
@@ -71,6 +72,7 @@ __all__ = [
     "Selection",
     "Server",
     "StepSelection",
+    "Strategy",
     "Tool",
     "ToolIndex",
     "ToolSet",

@@ -42,6 +42,7 @@ PUBLIC = {
     "Server",
     "RecallStatistics",
     "StepSelection",
+    "Strategy",
     "Tool",
     "ToolIndex",
     "ToolSet",
@@ -216,6 +217,14 @@ def test_errors_print_with_their_public_path() -> None:
     # Methods follow their class; qualified names are untouched.
     assert toolroute.Catalog.from_file.__module__ == "toolroute"
     assert toolroute.Catalog.from_file.__qualname__ == "Catalog.from_file"
+
+
+def test_strategy_is_a_string_enum_that_equals_its_names() -> None:
+    assert [s.value for s in toolroute.Strategy] == ["keyword", "semantic", "combined"]
+    assert toolroute.Strategy.COMBINED == "combined"
+    assert toolroute.Strategy("keyword") is toolroute.Strategy.KEYWORD
+    assert toolroute.Strategy.__module__ == "toolroute"
+    assert pickle.loads(pickle.dumps(toolroute.Strategy.SEMANTIC)) is toolroute.Strategy.SEMANTIC
 
 
 def test_renamed_objects_still_pickle_and_resolve_their_types() -> None:

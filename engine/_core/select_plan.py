@@ -64,9 +64,10 @@ class Verdict:
 
 
 def combined_verdict(first: Verdict, then: Verdict) -> Verdict:
-    """The verdict of a result that went through two stages: degraded when either degraded
-    (``first``'s outcome otherwise), with both reasons, first stage first."""
-    if Outcome.DEGRADED not in (first.outcome, then.outcome):
+    """The verdict of a result that went through two stages: ``first``'s unless the second
+    stage degraded (a skipped or applied second stage changes nothing), then degraded with
+    both reasons, first stage first."""
+    if then.outcome is not Outcome.DEGRADED:
         return first
     return Verdict(Outcome.DEGRADED, "; ".join(r for r in (first.reason, then.reason) if r))
 

@@ -163,7 +163,7 @@ class Engine:
         self,
         query: str,
         *,
-        strategy: Strategy | None = None,
+        strategy: Strategy | str | None = None,
         max_tools: int | None = None,
         threshold: float | FromConfig | None = FROM_CONFIG,
         adaptive: bool | None = None,

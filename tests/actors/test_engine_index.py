@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 import trio
 
-from toolroute import Catalog, Outcome
+from toolroute import Catalog, ConfigError, Outcome, Strategy
 from toolroute._core.config import EngineConfig
 from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
@@ -62,3 +62,21 @@ async def test_the_engines_index_never_runs_the_model_on_the_trio_thread() -> No
         assert (ranking.outcome, ranking.reason) == (Outcome.DEGRADED, "no vector at hand")
         assert (await engine.select("send an email")).tool_ids[0] == "send_email"
         assert embedder.on_trio_thread == [False]  # only engine.select embedded: in a worker
+
+
+async def test_strategies_are_taken_as_names_or_members_and_unknown_ones_cost_no_model_call() -> (
+    None
+):
+    embedder = ThreadRecordingEmbedder()
+    async with open_engine(TOOLS, config=EngineConfig(cache=False), embedder=embedder) as engine:
+        with trio.fail_after(60):
+            await engine.ready()
+        by_name = await engine.select("send an email", strategy="semantic")
+        by_member = await engine.select("send an email", strategy=Strategy.SEMANTIC)
+        assert by_name.strategy == by_member.strategy == "semantic"
+        assert by_name.strategy is Strategy.SEMANTIC
+        assert by_name.tool_ids == by_member.tool_ids
+        calls = len(embedder.on_trio_thread)
+        with pytest.raises(ConfigError, match="unknown strategy 'hybrid'; expected one of"):
+            await engine.select("send an email", strategy="hybrid")
+        assert len(embedder.on_trio_thread) == calls  # refused before the request was embedded

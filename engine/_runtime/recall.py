@@ -27,7 +27,12 @@ import trio
 
 from .._core.events import Event, FailOpen
 from .._core.index import RecallIndex, brief, checked_query_vectors
-from .._core.select_plan import RequestVector, chosen_strategy, default_strategy
+from .._core.select_plan import (
+    RequestVector,
+    chosen_strategy,
+    default_strategy,
+    needs_request_vector,
+)
 from .._core.selection import Ranking, Strategy
 from .batcher import QueryBatcher
 from .fast_tier_service import FastTierService
@@ -197,7 +202,8 @@ class Recall:
         chosen = chosen_strategy(strategy, has_embedder=self._embedder is not None, strict=False)
         vector: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")
-        if chosen != "keyword" and index.vectors is not None and query.strip() and self._batcher:
+        wanted = needs_request_vector(query, chosen, tool_vectors=index.vectors_verdict)
+        if wanted and index.vectors is not None and self._batcher:
             self._dim = index.vectors.dim
             vector, reason = await self._embed_query(query)
         # The rung's answer as the planner reads it: no vector, the full tier's, or a step

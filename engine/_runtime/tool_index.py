@@ -24,6 +24,7 @@ from .._core.policy import Policy, select
 from .._core.protocols import Embedder
 from .._core.select_plan import (
     RequestVector,
+    Verdict,
     chosen_strategy,
     needs_request_vector,
     policy_from_options,
@@ -173,6 +174,11 @@ class ToolIndex:
     def degraded_reason(self) -> str:
         """Why embeddings are unavailable, when they are."""
         return self.recall.degraded_reason
+
+    @property
+    def vectors_verdict(self) -> Verdict:
+        """Whether the index has tool vectors (``applied``), or why not (``degraded``)."""
+        return self.recall.vectors_verdict
 
     def embedding_texts(self) -> list[str]:
         """What each tool is embedded from, in catalogue order (with its extra text)."""

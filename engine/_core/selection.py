@@ -80,7 +80,12 @@ class Selection:
 
 @attrs.frozen(kw_only=True)
 class Ranking:
-    """Candidates best first, before any policy: what evaluation scores."""
+    """Candidates best first, before any policy: what evaluation scores.
+
+    ``strategy`` is the ``Strategy`` that ranked them (``keyword`` when recall degraded), or
+    ``"<strategy>+rerank"`` after the generator re-ranked them; ``outcome`` and ``reason``
+    come from the selection planner (``reason`` is empty only when ``applied``).
+    """
 
     tool_ids: tuple[str, ...]
     scores: tuple[float, ...]

@@ -63,6 +63,7 @@ class RecallIndex:
 
     Attributes:
         catalog: the tools.
+        ids: the tools' ids, in catalogue order (row ``i`` of every score is ``ids[i]``).
         keyword: the keyword index over the tools' text.
         extra_text: recall-only text per tool id (enrichment's phrasings); tools stay as
             given.
@@ -78,6 +79,7 @@ class RecallIndex:
     """
 
     catalog: Catalog
+    ids: tuple[str, ...] = attrs.field(repr=False)
     keyword: KeywordIndex = attrs.field(repr=False)
     extra_text: Mapping[str, str] = attrs.field(factory=dict, repr=False)
     vectors: VectorIndex | None = attrs.field(default=None, repr=False)
@@ -86,6 +88,15 @@ class RecallIndex:
     int8_product: Int8ProductFactory | None = attrs.field(default=None, repr=False)
     int8_from: int = INT8_FROM
     build_s: float = 0.0
+    #: Whether the index has tool vectors (``applied``), or why not (``degraded``); set
+    #: from ``vectors`` once, as every request reads it.
+    vectors_verdict: Verdict = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        verdict = Verdict.applied()
+        if self.vectors is None:
+            verdict = Verdict.degraded(self.degraded_reason or "the index has no tool vectors")
+        object.__setattr__(self, "vectors_verdict", verdict)
 
     @classmethod
     def build(
@@ -111,6 +122,7 @@ class RecallIndex:
         )
         return cls(
             catalog=catalog,
+            ids=catalog.ids,
             keyword=keyword,
             extra_text=extra,
             int8_product=int8_product,
@@ -150,13 +162,6 @@ class RecallIndex:
         """What each tool is embedded from, in catalogue order (with its extra text)."""
         return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
 
-    @property
-    def vectors_verdict(self) -> Verdict:
-        """Whether the index has tool vectors (``applied``), or why not (``degraded``)."""
-        if self.vectors is not None:
-            return Verdict.applied()
-        return Verdict.degraded(self.degraded_reason or "the index has no tool vectors")
-
     # -- recall -------------------------------------------------------------------------------
 
     def rank(
@@ -189,7 +194,9 @@ class RecallIndex:
         chosen = chosen_strategy(strategy, has_embedder=self.vectors is not None, strict=False)
         return self.ranked(query, request_vector(query_vector, reason), k, chosen)
 
-    def ranked(self, query: str, request: RequestVector, k: int, strategy: Strategy) -> Ranking:
+    def ranked(
+        self, query: str, request: RequestVector | None, k: int, strategy: Strategy
+    ) -> Ranking:
         """``rank`` for a strategy already chosen: the planner decides, this scores."""
         return self._rank(
             query, k, plan_recall(query, strategy, request, tool_vectors=self.vectors_verdict)
@@ -209,7 +216,7 @@ class RecallIndex:
                 tokenize(query), plan.vector, k, plan.strategy
             )
         return Ranking(
-            tool_ids=tuple(self.catalog.ids[i] for i in picked),
+            tool_ids=tuple(self.ids[i] for i in picked),
             scores=tuple(float(score) for score in picked_scores),
             strategy=plan.strategy,
             outcome=plan.verdict.outcome,

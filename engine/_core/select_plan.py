@@ -49,7 +49,7 @@ class Verdict:
 
     @classmethod
     def applied(cls) -> Verdict:
-        return cls(Outcome.APPLIED)
+        return APPLIED
 
     @classmethod
     def degraded(cls, reason: str) -> Verdict:
@@ -61,6 +61,10 @@ class Verdict:
         if not reason:
             raise ValueError("a degraded verdict needs a reason")
         return cls(Outcome.DEGRADED, reason)
+
+
+#: The one ``applied`` verdict (frozen, so shared: the hot path allocates none).
+APPLIED: Final = Verdict(Outcome.APPLIED)
 
 
 def combined_verdict(first: Verdict, then: Verdict) -> Verdict:
@@ -149,13 +153,14 @@ class RecallPlan:
 
 
 def plan_recall(
-    query: str, strategy: Strategy, request: RequestVector, *, tool_vectors: Verdict
+    query: str, strategy: Strategy, request: RequestVector | None, *, tool_vectors: Verdict
 ) -> RecallPlan:
     """The one rule for a ranking's strategy, outcome and reason.
 
     Args:
         strategy: the strategy asked for (``chosen_strategy``).
-        request: the request's vector, or why there is none.
+        request: the request's vector, or why there is none; ``None`` when none was sought
+            (``needs_request_vector`` said no).
         tool_vectors: whether the index has tool vectors (``applied``), or why not.
 
     An empty request is ``skipped``; ``keyword`` is ``applied`` whatever the embedder did;
@@ -164,14 +169,25 @@ def plan_recall(
     step-down vector ranks, but the answer is degraded).
     """
     if not query.strip():
-        return RecallPlan(strategy=strategy, verdict=Verdict(Outcome.SKIPPED, "empty query"))
+        return _SKIPPED[strategy]
     if strategy is Strategy.KEYWORD:
-        return RecallPlan(strategy=strategy, verdict=Verdict.applied())
+        return _KEYWORD
+    if request is None:
+        unsought = tool_vectors if tool_vectors.outcome is not Outcome.APPLIED else _UNSOUGHT
+        return RecallPlan(strategy=Strategy.KEYWORD, verdict=unsought)
     if request.vector is None:
         return RecallPlan(strategy=Strategy.KEYWORD, verdict=request.verdict)
     if tool_vectors.outcome is not Outcome.APPLIED:
         return RecallPlan(strategy=Strategy.KEYWORD, verdict=tool_vectors)
     return RecallPlan(strategy=strategy, verdict=request.verdict, vector=request.vector)
+
+
+# Plans that depend on nothing but the strategy, made once (the keyword path allocates none).
+_SKIPPED: Final = {
+    s: RecallPlan(strategy=s, verdict=Verdict(Outcome.SKIPPED, "empty query")) for s in Strategy
+}
+_KEYWORD: Final = RecallPlan(strategy=Strategy.KEYWORD, verdict=APPLIED)
+_UNSOUGHT: Final = Verdict.degraded("no request vector")
 
 
 def needs_request_vector(query: str, strategy: Strategy, *, tool_vectors: Verdict) -> bool:

@@ -233,8 +233,7 @@ class ToolIndex:
         """
         chosen = self._strategy(strategy)
         tools = self.recall.vectors_verdict
-        missing = RequestVector.missing(tools.reason)
-        requests = [missing] * len(queries)
+        requests: list[RequestVector | None] = [None] * len(queries)
         asked = [
             i for i, q in enumerate(queries) if needs_request_vector(q, chosen, tool_vectors=tools)
         ]
@@ -252,17 +251,20 @@ class ToolIndex:
             for q, request in zip(queries, requests, strict=True)
         ]
 
-    def _request(self, query: str, strategy: Strategy) -> RequestVector:
-        """The request's vector from the embedder, or why there is none."""
+    def _request(self, query: str, strategy: Strategy) -> RequestVector | None:
+        """The request's vector from the embedder, or why there is none (``None``: ranking
+        it needs none)."""
         tools = self.recall.vectors_verdict
         if self.embedder is None or not needs_request_vector(query, strategy, tool_vectors=tools):
-            return RequestVector.missing(tools.reason)
+            return None
         try:
             return RequestVector.full(self.query_vectors([query])[0])
         except Exception as exc:  # the selection degrades; it never raises
             return RequestVector.missing(f"embedder failed on the query: {brief(exc)}")
 
-    def ranked(self, query: str, request: RequestVector, k: int, strategy: Strategy) -> Ranking:
+    def ranked(
+        self, query: str, request: RequestVector | None, k: int, strategy: Strategy
+    ) -> Ranking:
         """As ``RecallIndex.ranked``: rank with a request vector obtained elsewhere."""
         return self.recall.ranked(query, request, k, strategy)
 

@@ -131,6 +131,15 @@ def test_a_full_vector_is_applied_and_a_step_down_vector_ranks_but_degrades() ->
     assert down.vector is VECTOR
 
 
+def test_a_vector_never_sought_ranks_by_keyword_and_says_why() -> None:
+    plan = plan_recall("email", Strategy.COMBINED, None, tool_vectors=NO_VECTORS)
+    assert (plan.strategy, plan.verdict) == (Strategy.KEYWORD, NO_VECTORS)
+    unsought = plan_recall("email", Strategy.SEMANTIC, None, tool_vectors=HAS_VECTORS)
+    assert unsought.verdict == Verdict.degraded("no request vector")
+    keyword = plan_recall("email", Strategy.KEYWORD, None, tool_vectors=NO_VECTORS)
+    assert keyword.verdict == Verdict.applied()
+
+
 def test_a_missing_vector_always_says_why() -> None:
     assert RequestVector.missing("").verdict == Verdict.degraded("no request vector")
     with pytest.raises(ValueError, match="needs a reason"):
@@ -138,6 +147,7 @@ def test_a_missing_vector_always_says_why() -> None:
 
 
 REQUESTS = st.one_of(
+    st.none(),
     st.just(RequestVector.full(VECTOR)),
     st.text(min_size=1, max_size=5).map(lambda r: RequestVector.stepped_down(VECTOR, r)),
     st.text(max_size=5).map(RequestVector.missing),
@@ -151,7 +161,7 @@ REQUESTS = st.one_of(
     tools=st.sampled_from([HAS_VECTORS, NO_VECTORS]),
 )
 def test_every_plan_reads_its_outcome_from_the_verdict_never_from_an_empty_reason(
-    query: str, strategy: Strategy, request: RequestVector, tools: Verdict
+    query: str, strategy: Strategy, request: RequestVector | None, tools: Verdict
 ) -> None:
     plan = plan_recall(query, strategy, request, tool_vectors=tools)
     # Applied means no reason; any other outcome gives one.
@@ -160,6 +170,7 @@ def test_every_plan_reads_its_outcome_from_the_verdict_never_from_an_empty_reaso
     if plan.vector is not None:
         assert plan.strategy is not Strategy.KEYWORD
         assert tools.outcome is Outcome.APPLIED
+        assert request is not None
         assert plan.verdict == request.verdict
     # Fail-open: an embedding strategy is never "applied" without its vectors.
     if plan.verdict.outcome is Outcome.APPLIED and strategy is not Strategy.KEYWORD:

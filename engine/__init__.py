@@ -31,6 +31,7 @@ from ._core.select.policy import Policy as Policy
 from ._core.select.search_tool import search_tools_definition as search_tools_definition
 from ._core.select.selection import Ranking as Ranking
 from ._core.select.selection import Selection as Selection
+from ._core.select.selection import Strategy as Strategy
 from ._core.select.toolsets import ToolSet as ToolSet
 from ._core.select.toolsets import system_prompts as system_prompts
 from ._routing.pipeline import RoutingOutcome as RoutingOutcome
@@ -72,6 +73,7 @@ __all__ = [
     "Selection",
     "Server",
     "StepSelection",
+    "Strategy",
     "Tool",
     "ToolIndex",
     "ToolSet",

@@ -37,6 +37,7 @@ from ._core.catalog.dedup import DedupResult
 from ._core.config import EngineConfig
 from ._core.protocols import Decider, Embedder, Generator
 from ._core.public import publish as _publish
+from ._core.recall.index import RecallIndex
 from ._core.select.toolsets import ToolSet
 from ._core.stores import Stores
 from ._routing.pipeline import route_servers as trio_route_servers
@@ -46,7 +47,6 @@ from ._runtime.hub import Delivery
 from ._runtime.recall import RecallStatistics
 from ._runtime.stateless import decide as trio_decide
 from ._runtime.stateless import try_decide as trio_try_decide
-from ._runtime.tool_index import ToolIndex
 from ._runtime.workers import RunCpu, run_in_thread
 
 __all__ = ["AsyncioEngine", "decide", "open_engine", "route_servers", "try_decide"]
@@ -250,7 +250,7 @@ class AsyncioEngine:
         return self.engine.catalog
 
     @property
-    def index(self) -> ToolIndex:
+    def index(self) -> RecallIndex:
         """As ``Engine.index``."""
         return self.engine.index
 

@@ -73,11 +73,11 @@ def run_toolroute(
     catalog = Catalog.from_plain(tools)
     index = ToolIndex(catalog, embedder=embedder, cache=EmbeddingCache(cache) if cache else None)
     for query in queries[:WARMUP]:
-        index.search(query, K, strategy=strategy)  # type: ignore[arg-type]
+        index.search(query, K, strategy=strategy)
     rankings, latencies = [], []
     for query in queries:
         started = time.perf_counter()
-        ranking = index.search(query, K, strategy=strategy)  # type: ignore[arg-type]
+        ranking = index.search(query, K, strategy=strategy)
         latencies.append((time.perf_counter() - started) * 1000.0)
         rankings.append(list(ranking.tool_ids))
     model = (

@@ -1,6 +1,6 @@
 """Re-ranking recall candidates with a generative model (toolpick's ``rerank``, fail-open).
 
-Recall fetches a pool of candidates (``rerank_pool_size``); one structured call asks the model
+Recall fetches a pool of candidates (the selection planner's ``rerank_pool_size``); one structured call asks the model
 which of them fit the request, best first; only names of candidates are kept. Anything that
 goes wrong (an error, the deadline, garbage, an empty pick) returns the recall order cut to
 ``limit`` with ``outcome = degraded``, so re-ranking can cost time but never lose the tools
@@ -30,15 +30,15 @@ import trio
 from .._core.catalog.catalog import Tool
 from .._core.outcome import Outcome
 from .._core.recall.index import brief
+from .._core.select.plan import POOL_FACTOR as POOL_FACTOR
+from .._core.select.plan import RERANK_TOOL_LIMIT as RERANK_TOOL_LIMIT
+from .._core.select.plan import Verdict, combined_verdict
+from .._core.select.plan import rerank_pool_size as rerank_pool_size
 from .._core.select.selection import Ranking
 
 if TYPE_CHECKING:
     from .._core.protocols import Generator
 
-#: toolpick's ``RERANK_TOOL_LIMIT``: up to this many tools, the model sees the whole catalogue.
-RERANK_TOOL_LIMIT: Final = 50
-#: Recall fetches this many candidates per wanted tool for the model to choose from.
-POOL_FACTOR: Final = 3
 #: Longest one-line description shown per candidate (characters, an ellipsis added).
 MAX_DESCRIPTION_CHARS: Final = 160
 #: Longest request put in the prompt; the rest is cut (the head carries the ask).
@@ -74,19 +74,6 @@ class RerankResult:
     outcome: Outcome
     reason: str = ""
     unknown: tuple[str, ...] = ()
-
-
-def rerank_pool_size(limit: int, catalogue_size: int) -> int:
-    """How many candidates recall should hand to ``rerank`` for ``limit`` picks.
-
-    toolpick: the whole catalogue when it has at most ``RERANK_TOOL_LIMIT`` tools, else
-    ``POOL_FACTOR × limit`` candidates (never more than the catalogue).
-    """
-    if limit < 0 or catalogue_size < 0:
-        raise ValueError(f"limit and catalogue_size must be >= 0, got {limit}, {catalogue_size}")
-    if catalogue_size <= RERANK_TOOL_LIMIT:
-        return catalogue_size
-    return min(POOL_FACTOR * limit, catalogue_size)
 
 
 def one_line(text: str, max_chars: int = MAX_DESCRIPTION_CHARS) -> str:
@@ -313,7 +300,10 @@ def reranked_ranking(ranking: Ranking, result: RerankResult) -> Ranking:
             baseline=0.0,
         )
     kept = ranking.only(result.tool_ids)
-    if result.outcome is not Outcome.DEGRADED:
-        return kept
-    reason = "; ".join(r for r in (ranking.reason, result.reason) if r)
-    return attrs.evolve(kept, outcome=Outcome.DEGRADED, reason=reason)
+    verdict = combined_verdict(Verdict(ranking.outcome, ranking.reason), result_verdict(result))
+    return attrs.evolve(kept, outcome=verdict.outcome, reason=verdict.reason)
+
+
+def result_verdict(result: RerankResult) -> Verdict:
+    """``result``'s outcome and reason as a ``Verdict`` (a skipped re-rank says why too)."""
+    return Verdict(result.outcome, result.reason)

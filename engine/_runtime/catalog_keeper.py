@@ -20,7 +20,7 @@ import trio
 from .._core.catalog.catalog import Tool
 from .._core.config import EngineConfig
 from .._core.events import CatalogUpdated, Event, FailOpen, WarmupFinished, WarmupProgress
-from .._core.recall.index import brief
+from .._core.recall.index import RecallIndex, brief
 from .._core.recall.vectors import INT8_FROM
 from .._core.select.toolsets import ToolSet
 from .._core.stores import EmbeddingStore, EnrichmentStore
@@ -28,7 +28,7 @@ from .._judge.enrich import enrich_tools
 from .._stores.embedding_cache import embed_with_cache
 from .catalog_changes import dedupe_catalog, served, updated_catalog
 from .snapshot import Snapshot
-from .tool_index import ToolIndex
+from .tool_index import served_index
 from .workers import EngineClosing, WorkerCalls
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class CatalogKeeper:
             changed = {t.id for t in (*add, *replace)}
             extra = {i: t for i, t in old.index.extra_text.items() if i not in changed}
             new = await self._workers.run(
-                functools.partial(ToolIndex, embedder=None, cache=None, extra_text=extra),
+                functools.partial(served_index, extra_text=extra),
                 served(dedup),
                 limiter=self._cpu,
             )
@@ -143,7 +143,9 @@ class CatalogKeeper:
                 )
             )
 
-    async def _with_vectors(self, new: ToolIndex, old: ToolIndex, embedder: Embedder) -> ToolIndex:
+    async def _with_vectors(
+        self, new: RecallIndex, old: RecallIndex, embedder: Embedder
+    ) -> RecallIndex:
         """``new`` with vectors: reused from ``old`` where the text is unchanged."""
         texts = new.embedding_texts()
         known: dict[str, int] = {}
@@ -163,20 +165,18 @@ class CatalogKeeper:
                     self._embeddings,
                     limiter=self._cpu,
                 )
-            return await self._indexed(new, embedder, rows)
+            return await self._indexed(new, rows)
         except Exception as exc:  # the new catalogue is served keyword-only
             reason = brief(exc)
             self._publish(FailOpen(operation="update", what_failed="embedder", reason=reason))
             return new.without_vectors(f"embedder failed while indexing: {reason}")
 
-    async def _indexed(
-        self, index: ToolIndex, embedder: Embedder, vectors: npt.NDArray[np.float32]
-    ) -> ToolIndex:
+    async def _indexed(self, index: RecallIndex, vectors: npt.NDArray[np.float32]) -> RecallIndex:
         """``index.with_vectors``; for a large catalogue in a worker thread: quantising it and
         loading the int8 kernel take a fraction of a second, not for the event loop."""
         if len(index.catalog) < INT8_FROM:
-            return index.with_vectors(embedder, vectors)
-        return await self._workers.run(index.with_vectors, embedder, vectors, limiter=self._cpu)
+            return index.with_vectors(vectors)
+        return await self._workers.run(index.with_vectors, vectors, limiter=self._cpu)
 
     async def _enrich(self) -> None:
         """Add the generator's phrasings to the recall text (``config.enrichment``); tools
@@ -208,9 +208,7 @@ class CatalogKeeper:
             current = self.snapshot
             if current.index.catalog is catalog and current.index.vectors is None:
                 index = await self._workers.run(
-                    functools.partial(
-                        ToolIndex, embedder=None, cache=None, extra_text=result.texts
-                    ),
+                    functools.partial(served_index, extra_text=result.texts),
                     catalog,
                     limiter=self._cpu,
                 )
@@ -246,7 +244,7 @@ class CatalogKeeper:
                 # An update during warm-up brought its own vectors: these are stale then.
                 current = self.snapshot
                 if current.index.catalog is catalog and current.index.vectors is None:
-                    index = await self._indexed(current.index, embedder, vectors)
+                    index = await self._indexed(current.index, vectors)
                     self.snapshot = current.with_index(index, self._tool_sets)
             degraded, reason = False, ""
         except Exception as exc:  # warm-up failure leaves the engine keyword-only
@@ -270,7 +268,7 @@ class CatalogKeeper:
 
 def _embed_index(
     embedder: Embedder,
-    index: ToolIndex,
+    index: RecallIndex,
     cache: EmbeddingStore | None,
     progress: Callable[[int, int], None],
     batch: int,

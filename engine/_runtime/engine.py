@@ -18,6 +18,7 @@ from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
+from .._core.recall.index import RecallIndex
 from .._core.select.toolsets import ToolSet
 from .._core.stores import Stores
 from .._stores.local import EngineStores, cache_directory, local_stores
@@ -33,7 +34,7 @@ from .server_router import ServerRouter
 from .snapshot import Snapshot
 from .steps import Steps, StepSelection
 from .supervisor import run_supervised
-from .tool_index import ToolIndex
+from .tool_index import served_index
 from .workers import SHUTDOWN_GRACE_S, RunCpu, WorkerCalls, run_in_thread
 
 if TYPE_CHECKING:
@@ -195,9 +196,7 @@ def _assemble(
     two services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
     key = new_query_key()  # queries appear in events only as an HMAC
-    first = Snapshot.build(
-        catalog, dedup, ToolIndex(served(dedup), embedder=None, cache=None), tool_sets
-    )
+    first = Snapshot.build(catalog, dedup, served_index(served(dedup)), tool_sets)
     keeper = CatalogKeeper(
         first,
         config=config,
@@ -272,7 +271,7 @@ def _fast_tier_service(
         return None
     minilm = embedder
 
-    def opener(index: ToolIndex, should_stop: Callable[[], bool]) -> FastTier:
+    def opener(index: RecallIndex, should_stop: Callable[[], bool]) -> FastTier:
         assert index.vectors is not None
         return FastTier.open(
             minilm,

@@ -19,7 +19,7 @@ from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.decide.types import DecisionRequest, DecisionResult
 from .._core.public import NoPublicConstructor
-from .._core.recall.index import Strategy
+from .._core.recall.index import RecallIndex, Strategy
 from .._core.select.policy import Policy
 from .._core.select.selection import Selection
 from .._core.select.toolsets import ToolSet
@@ -31,7 +31,6 @@ from .recall import Recall, RecallStatistics
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
 from .steps import Messages, Steps, StepSelection
-from .tool_index import ToolIndex
 
 if TYPE_CHECKING:
     from ..providers import Decider
@@ -79,8 +78,9 @@ class Engine(metaclass=NoPublicConstructor):
         return self._keeper.snapshot.source
 
     @property
-    def index(self) -> ToolIndex:
-        """The current snapshot's index: keyword-only until warm-up finishes."""
+    def index(self) -> RecallIndex:
+        """The current snapshot's index: keyword-only until warm-up finishes. It holds no
+        model: it ranks request vectors it is given (``await select`` embeds the request)."""
         return self._keeper.snapshot.index
 
     @property
@@ -167,7 +167,7 @@ class Engine(metaclass=NoPublicConstructor):
         self,
         query: str,
         *,
-        strategy: Strategy | None = None,
+        strategy: Strategy | str | None = None,
         max_tools: int | None = None,
         threshold: float | FromConfig | None = FROM_CONFIG,
         adaptive: bool | None = None,

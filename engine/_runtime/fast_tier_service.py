@@ -25,8 +25,7 @@ import trio
 
 from .._core.config import LoadConfig
 from .._core.events import Event, FailOpen
-from .._core.recall.index import brief
-from .tool_index import ToolIndex
+from .._core.recall.index import RecallIndex, brief
 from .workers import EngineClosing, WorkerCalls
 
 Vectors = npt.NDArray[np.float32]
@@ -50,7 +49,7 @@ class FastTierModel(Protocol):
 
 
 #: ``opener(index, should_stop)``: the fast tier for ``index``'s tool vectors (worker thread).
-Opener = Callable[[ToolIndex, Callable[[], bool]], FastTierModel]
+Opener = Callable[[RecallIndex, Callable[[], bool]], FastTierModel]
 
 
 class FastTierService:
@@ -111,7 +110,7 @@ class FastTierService:
         if len(self._pairs) >= min(due, self._config.learn_buffer):
             self._wanted.set()
 
-    async def run(self, index_of: Callable[[], ToolIndex], ready: Callable[[], object]) -> None:
+    async def run(self, index_of: Callable[[], RecallIndex], ready: Callable[[], object]) -> None:
         """Open the tier once the catalogue is embedded, then learn until cancelled.
 
         **Fail-open:** a failed build publishes ``fail_open`` (``fast tier``) and leaves recall
@@ -133,7 +132,7 @@ class FastTierService:
         self._fitted_served = self._tier.served_texts
         await self._learn_forever(index_of)
 
-    async def _learn_forever(self, index_of: Callable[[], ToolIndex]) -> None:
+    async def _learn_forever(self, index_of: Callable[[], RecallIndex]) -> None:
         assert self._tier is not None
         tier, known = self._tier, index_of()
         while True:
@@ -163,7 +162,7 @@ class FastTierService:
     def _fit(
         tier: FastTierModel,
         pairs: list[tuple[str, Vectors]],
-        index: ToolIndex | None,
+        index: RecallIndex | None,
         refit: bool,
     ) -> None:
         """In a worker thread: learn (milliseconds), then refit and persist when due."""

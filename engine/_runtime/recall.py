@@ -26,13 +26,17 @@ import numpy.typing as npt
 import trio
 
 from .._core.events import Event, FailOpen
-from .._core.outcome import Outcome
-from .._core.recall.index import Strategy, brief, checked_query_vectors
-from .._core.select.selection import Ranking
+from .._core.recall.index import RecallIndex, brief, checked_query_vectors
+from .._core.select.plan import (
+    RequestVector,
+    chosen_strategy,
+    default_strategy,
+    needs_request_vector,
+)
+from .._core.select.selection import Ranking, Strategy
 from .batcher import QueryBatcher
 from .fast_tier_service import FastTierService
 from .query_cache import QueryCache
-from .tool_index import ToolIndex
 from .workers import WorkerCalls
 
 if TYPE_CHECKING:
@@ -165,43 +169,55 @@ class Recall:
         )
 
     @property
+    def has_embedder(self) -> bool:
+        return self._embedder is not None
+
+    @property
     def default_strategy(self) -> Strategy:
-        return "combined" if self._embedder is not None else "keyword"
+        return default_strategy(has_embedder=self._embedder is not None)
 
     def _embed_batch(self) -> Callable[[Sequence[str]], Vectors]:
         assert self._embedder is not None
         return functools.partial(query_vectors, self._embedder, dim=self._dim)
 
     async def rank(
-        self, index: ToolIndex, query: str, k: int, strategy: Strategy | None, *, warming: bool
+        self,
+        index: RecallIndex,
+        query: str,
+        k: int,
+        strategy: Strategy | str | None,
+        *,
+        warming: bool,
     ) -> Ranking:
         """The ``k`` best tools of ``index`` for ``query``; keyword-only (``degraded``, with
         the reason) while ``warming``, when the index has no vectors, or when the request's
-        embedding fails or misses its deadline."""
+        embedding fails or misses its deadline.
+
+        Raises:
+            ConfigError: an unknown strategy (before any model call).
+        """
         # A checkpoint even when nothing below awaits (keyword-only on a small catalogue):
         # the caller's cancel scope can end the call, and a loop of selects lets others run.
         await trio.lowlevel.checkpoint()
-        chosen = strategy or self.default_strategy
+        chosen = chosen_strategy(strategy, has_embedder=self._embedder is not None, strict=False)
         vector: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")
-        if chosen != "keyword" and index.vectors is not None and query.strip() and self._batcher:
+        wanted = needs_request_vector(query, chosen, tool_vectors=index.vectors_verdict)
+        if wanted and index.vectors is not None and self._batcher:
             self._dim = index.vectors.dim
             vector, reason = await self._embed_query(query)
-        if len(index.catalog) < SCORE_IN_THREAD_FROM:
-            ranked = index.rank(query, vector, k, strategy=chosen, reason=reason)
+        # The rung's answer as the planner reads it: no vector, the full tier's, or a step
+        # down (a fast-tier vector ranks like any other, but the answer is degraded).
+        if vector is None:
+            request = RequestVector.missing(reason)
+        elif reason:
+            request = RequestVector.stepped_down(vector, reason)
         else:
-            # Scoring a large catalogue takes milliseconds: off the event loop.
-            ranked = await self._workers.run(
-                functools.partial(index.rank, strategy=chosen, reason=reason),
-                query,
-                vector,
-                k,
-                limiter=self._cpu,
-            )
-        if vector is not None and reason and ranked.outcome is Outcome.APPLIED:
-            # A fast-tier vector ranks like any other, but the answer is a step down.
-            ranked = attrs.evolve(ranked, outcome=Outcome.DEGRADED, reason=reason)
-        return ranked
+            request = RequestVector.full(vector)
+        if len(index.catalog) < SCORE_IN_THREAD_FROM:
+            return index.ranked(query, request, k, chosen)
+        # Scoring a large catalogue takes milliseconds: off the event loop.
+        return await self._workers.run(index.ranked, query, request, k, chosen, limiter=self._cpu)
 
     async def _embed_query(self, query: str) -> tuple[Vectors | None, str]:
         """The request's vector and, when it is not the full tier's, why (the rung taken)."""

@@ -11,18 +11,22 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from .._core.config import EngineConfig
-from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, SelectionFinished, query_hash
 from .._core.outcome import Outcome
-from .._core.recall.index import Strategy
+from .._core.recall.index import RecallIndex
+from .._core.select.plan import (
+    chosen_strategy,
+    plan_select,
+    policy_after_rerank,
+    policy_from_options,
+    rerank_candidates,
+)
 from .._core.select.policy import Policy, select
-from .._core.select.selection import Ranking, Selection
-from .._core.select.steps import anchored
+from .._core.select.selection import Ranking, Selection, Strategy
 from .._core.select.toolsets import ToolSet
-from .._judge.rerank import RERANK_TOOL_LIMIT, rerank, rerank_pool_size, reranked_ranking
+from .._judge.rerank import rerank, reranked_ranking
 from .catalog_keeper import CatalogKeeper
 from .recall import Recall
-from .tool_index import ToolIndex
 
 if TYPE_CHECKING:
     from ..providers import Generator
@@ -63,21 +67,18 @@ class SelectOptions:
             ConfigError: an option is out of range or of the wrong type.
         """
         defaults = config.selection
-        try:
-            return Policy(
-                max_tools=defaults.max_tools if self.max_tools is None else self.max_tools,
-                threshold=(defaults.threshold if self.threshold is FROM_CONFIG else self.threshold),
-                adaptive=defaults.adaptive if self.adaptive is None else self.adaptive,
-                always_active=(
-                    defaults.always_active if self.always_active is None else self.always_active
-                ),
-                related=self.related or {},
-                max_related=self.max_related,
-                tool_sets=served_sets if self.tool_sets is None else self.tool_sets,
-                forced_sets=self.forced_sets,
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"invalid selection option: {exc}") from None
+        return policy_from_options(
+            max_tools=defaults.max_tools if self.max_tools is None else self.max_tools,
+            threshold=(defaults.threshold if self.threshold is FROM_CONFIG else self.threshold),
+            adaptive=defaults.adaptive if self.adaptive is None else self.adaptive,
+            always_active=(
+                defaults.always_active if self.always_active is None else self.always_active
+            ),
+            related=self.related,
+            max_related=self.max_related,
+            tool_sets=served_sets if self.tool_sets is None else self.tool_sets,
+            forced_sets=self.forced_sets,
+        )
 
 
 class Selector:
@@ -101,21 +102,28 @@ class Selector:
         self._key = key
 
     async def select(
-        self, query: str, strategy: Strategy | None, policy: Policy | None, options: SelectOptions
+        self,
+        query: str,
+        strategy: Strategy | str | None,
+        policy: Policy | None,
+        options: SelectOptions,
     ) -> Selection:
         started = time.perf_counter()
         snapshot = self._keeper.snapshot
-        policy = snapshot.served_policy(policy or options.policy(self._config, snapshot.tool_sets))
         index = snapshot.index
-        policy.check_ids(index.catalog)
-        wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
-        reranking = self._generator is not None and self._config.rerank.enabled and query.strip()
-        if reranking:
-            wanted = max(wanted, rerank_pool_size(policy.max_tools, len(index.catalog)))
-        ranking = await self._recall.rank(
-            index, query, wanted, strategy, warming=not self._keeper.is_ready
+        plan = plan_select(
+            query,
+            chosen_strategy(strategy, has_embedder=self._recall.has_embedder, strict=False),
+            snapshot.served_policy(policy or options.policy(self._config, snapshot.tool_sets)),
+            index.catalog,
+            catalogue_size=len(index.catalog),
+            can_rerank=self._generator is not None and self._config.rerank.enabled,
         )
-        if reranking:
+        ranking = await self._recall.rank(
+            index, query, plan.wanted, plan.strategy, warming=not self._keeper.is_ready
+        )
+        policy = plan.policy
+        if plan.rerank:
             ranking, policy = await self._reranked(index, query, ranking, policy)
         selection = select(ranking, policy, started)
         include = self._config.events.include_queries
@@ -135,24 +143,14 @@ class Selector:
         return selection
 
     async def _reranked(
-        self, index: ToolIndex, query: str, ranking: Ranking, policy: Policy
+        self, index: RecallIndex, query: str, ranking: Ranking, policy: Policy
     ) -> tuple[Ranking, Policy]:
         """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
         assert self._generator is not None
-        ids = ranking.tool_ids
-        if policy.threshold is not None and ranking.outcome is Outcome.APPLIED:
-            # toolpick applies the threshold first; afterwards scores are on another scale.
-            ids = tuple(
-                i for i, s in zip(ids, ranking.scores, strict=True) if s >= policy.threshold
-            )
-        candidates = [index.catalog[i] for i in ids]
-        if len(index.catalog) <= RERANK_TOOL_LIMIT:
-            # A small catalogue is shown whole: the model may find what recall missed.
-            shown = set(ids)
-            candidates += [t for t in index.catalog if t.id not in shown]
+        ids = rerank_candidates(ranking, policy, index.catalog.ids)
         result = await rerank(
             query,
-            candidates,
+            [index.catalog[i] for i in ids],
             self._generator,
             limit=policy.max_tools,
             deadline_s=self._config.rerank.deadline_s,
@@ -161,8 +159,4 @@ class Selector:
             self._publish(
                 FailOpen(operation="select", what_failed="reranker", reason=result.reason)
             )
-        activated = anchored(ranking, policy.tool_sets)  # floors read recall's cosine scores
-        policy = attrs.evolve(
-            policy, threshold=None, adaptive=False, forced_sets=(*policy.forced_sets, *activated)
-        )
-        return reranked_ranking(ranking, result), policy
+        return reranked_ranking(ranking, result), policy_after_rerank(policy, ranking)

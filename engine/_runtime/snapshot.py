@@ -13,10 +13,10 @@ import attrs
 from .._core.catalog.catalog import Catalog
 from .._core.catalog.dedup import DedupResult
 from .._core.errors import ConfigError
+from .._core.recall.index import RecallIndex
 from .._core.select.policy import Policy
 from .._core.select.steps import served_ids
 from .._core.select.toolsets import ToolSet
-from .tool_index import ToolIndex
 
 
 @attrs.frozen(kw_only=True)
@@ -34,13 +34,13 @@ class Snapshot:
 
     source: Catalog
     dedup: DedupResult
-    index: ToolIndex
+    index: RecallIndex
     representative: Mapping[str, str]
     tool_sets: tuple[ToolSet, ...]
 
     @classmethod
     def build(
-        cls, source: Catalog, dedup: DedupResult, index: ToolIndex, given: Sequence[ToolSet]
+        cls, source: Catalog, dedup: DedupResult, index: RecallIndex, given: Sequence[ToolSet]
     ) -> Snapshot:
         """The snapshot of ``index`` over ``source`` after ``dedup``, serving ``given`` sets."""
         representative = {removed.name: removed.duplicate_of for removed in dedup.removed}
@@ -53,7 +53,7 @@ class Snapshot:
             tool_sets=sets,
         )
 
-    def with_index(self, index: ToolIndex, given: Sequence[ToolSet]) -> Snapshot:
+    def with_index(self, index: RecallIndex, given: Sequence[ToolSet]) -> Snapshot:
         """The same catalogue and dedup, served from ``index``."""
         return Snapshot.build(self.source, self.dedup, index, given)
 

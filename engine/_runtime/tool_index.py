@@ -1,13 +1,16 @@
-"""``ToolIndex``: the core's recall index with the default embedder and the disk cache.
+"""``ToolIndex``: the sync API: the core's recall index with an embedder and the disk cache.
 
-The core's ``RecallIndex`` loads nothing and reads no disk; this subclass is what scripts and
-the CLI use: ``ToolIndex(catalog)`` loads the embedded MiniLM model and keeps tool vectors in
-the user cache directory, as the public API always did.
+The core's ``RecallIndex`` loads nothing, reads no disk and holds no model: it ranks the
+vectors it is given. ``ToolIndex`` is what scripts and the CLI use: ``ToolIndex(catalog)``
+loads the embedded MiniLM model, keeps tool vectors in the user cache directory, embeds each
+request itself and hands the vectors to the core's index, as the public API always did.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,14 +19,50 @@ import numpy.typing as npt
 from .._core.catalog.catalog import Catalog
 from .._core.errors import ConfigError
 from .._core.protocols import Embedder, Int8Kernel
-from .._core.recall.index import Progress, RecallIndex, Strategy
-from .._core.recall.vectors import INT8_FROM
+from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
+from .._core.recall.keyword import KeywordIndex
+from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
+from .._core.select.plan import (
+    RequestVector,
+    Verdict,
+    chosen_strategy,
+    needs_request_vector,
+    policy_from_options,
+)
+from .._core.select.policy import Policy, select
+from .._core.select.selection import Ranking, Selection, Strategy
+from .._core.select.toolsets import ToolSet
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
 
 _DEFAULT: object = object()
 
 
-class ToolIndex(RecallIndex):
+def served_index(
+    catalog: Catalog,
+    *,
+    extra_text: Mapping[str, str] | None = None,
+    int8_product: Int8Kernel | object | None = _DEFAULT,
+    int8_from: int = INT8_FROM,
+) -> RecallIndex:
+    """A keyword-only ``RecallIndex`` with the default int8 product (what the engine
+    serves until warm-up hands it vectors)."""
+    return RecallIndex.build(
+        catalog,
+        extra_text=extra_text,
+        int8_product=_int8_product(int8_product),
+        int8_from=int8_from,
+    )
+
+
+def _int8_product(given: Int8Kernel | object | None) -> Int8Kernel | None:
+    if given is _DEFAULT:
+        from ..providers import OnnxInt8Kernel
+
+        return OnnxInt8Kernel()
+    return given  # type: ignore[return-value]
+
+
+class ToolIndex:
     """Keyword and embedding recall over a catalogue, plus the selection policy.
 
     Built once: the keyword index at once, tool embeddings from the disk cache or the embedder.
@@ -36,7 +75,8 @@ class ToolIndex(RecallIndex):
             keyword-only.
         cache: an ``EmbeddingCache``, a directory, or ``None`` for no disk cache; by default
             the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides it).
-        strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
+        strategy: the default ``Strategy`` (or its name): ``combined`` with an embedder,
+            else ``keyword``.
         progress: called as ``progress(done, total)`` while tools are embedded.
         extra_text: recall-only text per tool id (enrichment's phrasings).
         int8_product: the ``Int8Kernel`` that scores catalogues of at least ``int8_from``
@@ -61,12 +101,13 @@ class ToolIndex(RecallIndex):
         *,
         embedder: Embedder | object | None = _DEFAULT,
         cache: EmbeddingCache | str | os.PathLike[str] | object | None = _DEFAULT,
-        strategy: Strategy | None = None,
+        strategy: Strategy | str | None = None,
         progress: Progress | None = None,
         extra_text: Mapping[str, str] | None = None,
         int8_product: Int8Kernel | object | None = _DEFAULT,
         int8_from: int = INT8_FROM,
     ) -> None:
+        started = time.perf_counter()
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
         self._cache = _open_cache(cache) if embedder is not None else None
@@ -74,25 +115,254 @@ class ToolIndex(RecallIndex):
             from ..providers import default_embedder
 
             embedder = default_embedder()
-        if int8_product is _DEFAULT:
-            from ..providers import OnnxInt8Kernel
-
-            int8_product = OnnxInt8Kernel()
-        super().__init__(
-            catalog,
-            embedder=embedder,  # type: ignore[arg-type]
-            strategy=strategy,
-            progress=progress,
-            extra_text=extra_text,
-            int8_product=int8_product,  # type: ignore[arg-type]
-            int8_from=int8_from,
+        self.embedder: Embedder | None = embedder  # type: ignore[assignment]
+        self.strategy: Strategy = chosen_strategy(
+            strategy, has_embedder=self.embedder is not None, strict=True
         )
+        #: The core index this one embeds for (frozen: a change makes a new one).
+        self.recall = served_index(
+            catalog, extra_text=extra_text, int8_product=int8_product, int8_from=int8_from
+        )
+        if self.embedder is not None:
+            self.recall = self._embedded(self.recall, self.embedder, progress)
+        self.build_s = time.perf_counter() - started
+
+    def _embedded(
+        self, index: RecallIndex, embedder: Embedder, progress: Progress | None
+    ) -> RecallIndex:
+        try:
+            vectors = self.tool_vectors(embedder, index.embedding_texts(), progress)
+            return index.with_vectors(vectors)
+        except Exception as exc:  # any embedder failure degrades to keyword-only recall
+            return index.without_vectors(f"embedder failed while indexing: {brief(exc)}")
 
     def tool_vectors(
         self, embedder: Embedder, texts: Sequence[str], progress: Progress | None
     ) -> npt.NDArray[np.float32]:
         """The tools' vectors: cached ones from disk, the rest from the embedder."""
+        if self._cache is None:
+            vectors = np.zeros((len(texts), int(embedder.dim)), dtype=np.float32)
+            for _ in embed_into(embedder, texts, vectors, np.arange(len(texts)), progress):
+                pass
+            return vectors
         return embed_with_cache(embedder, texts, self._cache, progress)
+
+    # -- the core index's state ---------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.recall.catalog
+
+    @property
+    def keyword(self) -> KeywordIndex:
+        return self.recall.keyword
+
+    @property
+    def extra_text(self) -> Mapping[str, str]:
+        """Recall-only text per tool id (enrichment's phrasings); tools stay as given."""
+        return self.recall.extra_text
+
+    @property
+    def vectors(self) -> VectorIndex | None:
+        return self.recall.vectors
+
+    @property
+    def int8(self) -> Int8Index | None:
+        """The int8 copy scoring a large catalogue (``None``: fp32 scores everything)."""
+        return self.recall.int8
+
+    @property
+    def degraded_reason(self) -> str:
+        """Why embeddings are unavailable, when they are."""
+        return self.recall.degraded_reason
+
+    @property
+    def vectors_verdict(self) -> Verdict:
+        """Whether the index has tool vectors (``applied``), or why not (``degraded``)."""
+        return self.recall.vectors_verdict
+
+    def embedding_texts(self) -> list[str]:
+        """What each tool is embedded from, in catalogue order (with its extra text)."""
+        return self.recall.embedding_texts()
+
+    def with_vectors(self, embedder: Embedder, vectors: npt.NDArray[np.float32]) -> ToolIndex:
+        """A copy that uses ``vectors`` (one row per tool, from ``embedder``) for semantic and
+        combined recall, and ``embedder`` for requests.
+
+        Raises:
+            ConfigError: ``vectors`` does not have one row per tool.
+        """
+        clone = copy.copy(self)
+        clone.recall = self.recall.with_vectors(vectors)
+        clone.embedder = embedder
+        if clone.strategy is Strategy.KEYWORD and self.embedder is None:
+            clone.strategy = Strategy.COMBINED
+        return clone
+
+    def without_vectors(self, reason: str) -> ToolIndex:
+        """A keyword-only copy whose selections report ``reason``."""
+        clone = copy.copy(self)
+        clone.recall = self.recall.without_vectors(reason)
+        return clone
+
+    # -- recall: embed the request here, rank in the core -------------------------------------
+
+    def search(self, query: str, k: int = 10, *, strategy: Strategy | str | None = None) -> Ranking:
+        """The ``k`` best tools for ``query``, before any selection policy.
+
+        Raises:
+            ConfigError: an unknown strategy, or ``semantic``/``combined`` on an index
+                without an embedder.
+
+        **Fail-open:** an embedder that fails on the query (raises, or returns a vector of the
+        wrong width, NaN or zero) gives a keyword-only ranking, ``degraded`` with the reason;
+        an empty query gives an empty ranking, ``skipped``.
+        """
+        chosen = self._strategy(strategy)
+        return self.recall.ranked(query, self._request(query, chosen), k, chosen)
+
+    def search_many(
+        self, queries: Sequence[str], k: int = 10, *, strategy: Strategy | str | None = None
+    ) -> list[Ranking]:
+        """``search`` for many queries, embedding them in batches.
+
+        Raises:
+            ConfigError: as ``search``.
+
+        **Fail-open:** when the embedder fails on the batch, every query is ranked by keyword
+        only, ``degraded`` with the reason.
+        """
+        chosen = self._strategy(strategy)
+        tools = self.recall.vectors_verdict
+        requests: list[RequestVector | None] = [None] * len(queries)
+        asked = [
+            i for i, q in enumerate(queries) if needs_request_vector(q, chosen, tool_vectors=tools)
+        ]
+        if asked and self.embedder is not None:
+            try:
+                vectors = self.query_vectors([queries[i] for i in asked])
+            except Exception as exc:  # degrade every query to keyword-only
+                failed = RequestVector.missing(f"embedder failed on the queries: {brief(exc)}")
+                requests = [failed] * len(queries)
+            else:
+                for i, vector in zip(asked, vectors, strict=True):
+                    requests[i] = RequestVector.full(vector)
+        return [
+            self.recall.ranked(q, request, k, chosen)
+            for q, request in zip(queries, requests, strict=True)
+        ]
+
+    def _request(self, query: str, strategy: Strategy) -> RequestVector | None:
+        """The request's vector from the embedder, or why there is none (``None``: ranking
+        it needs none)."""
+        tools = self.recall.vectors_verdict
+        if self.embedder is None or not needs_request_vector(query, strategy, tool_vectors=tools):
+            return None
+        try:
+            return RequestVector.full(self.query_vectors([query])[0])
+        except Exception as exc:  # the selection degrades; it never raises
+            return RequestVector.missing(f"embedder failed on the query: {brief(exc)}")
+
+    def ranked(
+        self, query: str, request: RequestVector | None, k: int, strategy: Strategy
+    ) -> Ranking:
+        """As ``RecallIndex.ranked``: rank with a request vector obtained elsewhere."""
+        return self.recall.ranked(query, request, k, strategy)
+
+    def query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Query vectors from the index's embedder, checked: one row per query, the index's
+        width, finite, non-zero.
+
+        Raises:
+            ValueError: the vectors fail a check (whatever the embedder raises, too); the
+                callers here turn either into a keyword-only, ``degraded`` result.
+        """
+        assert self.embedder is not None
+        assert self.vectors is not None
+        return checked_query_vectors(
+            self.embedder.embed(list(queries)), len(queries), self.vectors.dim
+        )
+
+    def rank(
+        self,
+        query: str,
+        query_vector: npt.NDArray[np.float32] | RequestVector | None,
+        k: int = 10,
+        *,
+        strategy: Strategy | str | None = None,
+        reason: str = "",
+    ) -> Ranking:
+        """``search`` with a query vector computed elsewhere (``None``: keyword-only, degraded
+        with ``reason`` unless the strategy is ``keyword``); see ``RecallIndex.rank``.
+
+        Raises:
+            ConfigError: an unknown strategy.
+        """
+        chosen = chosen_strategy(
+            self.strategy if strategy is None else strategy, has_embedder=True, strict=False
+        )
+        return self.recall.rank(query, query_vector, k, strategy=chosen, reason=reason)
+
+    # -- selection ----------------------------------------------------------------------------
+
+    def select(
+        self,
+        query: str,
+        *,
+        strategy: Strategy | str | None = None,
+        max_tools: int = 5,
+        threshold: float | None = None,
+        adaptive: bool = True,
+        always_active: Sequence[str] = (),
+        related: Mapping[str, Sequence[str]] | None = None,
+        max_related: int = 5,
+        tool_sets: Sequence[ToolSet] = (),
+        forced_sets: Sequence[str] = (),
+        policy: Policy | None = None,
+    ) -> Selection:
+        """The tools to show the model for ``query``.
+
+        Args:
+            query: the user's request (or the text extracted from a conversation).
+            strategy: ``keyword``, ``semantic`` or ``combined``; the index default otherwise.
+            policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
+            Other arguments build the ``Policy`` (see its attributes).
+
+        Returns:
+            A ``Selection``; ``outcome`` is ``degraded`` when the embedder failed and recall
+            fell back to keywords, ``skipped`` for an empty query (then only
+            ``always_active`` tools are returned).
+
+        Raises:
+            ConfigError: an option is out of range or names a tool not in the catalogue.
+
+        **Fail-open:** an embedder failure is never an exception here: recall falls back to
+        keywords, the ``threshold`` is not applied (it is on the strategy's scale) and the
+        selection is ``degraded`` with the reason.
+        """
+        started = time.perf_counter()
+        chosen = self._strategy(strategy)
+        if policy is None:
+            policy = policy_from_options(
+                max_tools=max_tools,
+                threshold=threshold,
+                adaptive=adaptive,
+                always_active=always_active,
+                related=related,
+                max_related=max_related,
+                tool_sets=tool_sets,
+                forced_sets=forced_sets,
+            )
+        # Planned (options checked) before the request is embedded, as a caller's mistake
+        # costs no model call.
+        plan = self.recall.plan(query, chosen, policy)
+        ranking = self.recall.ranked(query, self._request(query, chosen), plan.wanted, chosen)
+        return select(ranking, plan.policy, started)
+
+    def _strategy(self, strategy: Strategy | str | None) -> Strategy:
+        if strategy is None:
+            return self.strategy
+        return chosen_strategy(strategy, has_embedder=self.embedder is not None, strict=True)
 
 
 def _open_cache(cache: object) -> EmbeddingCache | None:

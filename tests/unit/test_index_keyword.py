@@ -499,17 +499,23 @@ def test_rank_with_an_outside_vector_matches_search() -> None:
 # -- the core's index loads nothing; ToolIndex adds the default cache ---------------------------
 
 
-def test_the_core_index_embeds_with_the_given_embedder_and_no_cache(
+def test_the_core_index_ranks_given_vectors_and_loads_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TOOLROUTE_CACHE_DIR", str(tmp_path))
     embedder = ScriptedEmbedder(dim=32)
-    index = RecallIndex(CATALOG, embedder=embedder)
+    keyword_only = RecallIndex.build(CATALOG)
+    index = keyword_only.with_vectors(embedder.embed(keyword_only.embedding_texts()))
     assert index.vectors is not None
+    assert keyword_only.vectors is None  # frozen: a copy has the vectors
     assert embedder.calls == [len(CATALOG)]
-    assert index.select("send an email").tool_ids[0] == "send_email"
+    vector = embedder.embed(["send an email"])[0]
+    assert index.select("send an email", vector).tool_ids[0] == "send_email"
+    assert embedder.calls == [len(CATALOG), 1]  # only the calls made here
     assert list(tmp_path.iterdir()) == []  # nothing written: the core has no cache
-    assert RecallIndex(CATALOG).strategy == "keyword"  # no embedder: no model is loaded
+    # No vectors: no model is loaded, and the default ranks by keyword.
+    assert keyword_only.rank("send an email", None).strategy == "keyword"
+    assert not hasattr(index, "embedder")
 
 
 def test_tool_index_keeps_the_default_cache_directory(
@@ -523,12 +529,12 @@ def test_tool_index_keeps_the_default_cache_directory(
     again = ScriptedEmbedder(dim=32)
     index = ToolIndex(CATALOG, embedder=again)  # same identity: vectors from the cache
     assert again.calls == []
-    assert isinstance(index, RecallIndex)
+    assert isinstance(index.recall, RecallIndex)  # the core's index, vectors handed over
     assert index.vectors is not None
 
 
 def test_query_vectors_are_checked_by_the_public_call() -> None:
-    index = RecallIndex(CATALOG, embedder=ScriptedEmbedder(dim=32, faults=["ok", "nan"]))
+    index = ToolIndex(CATALOG, embedder=ScriptedEmbedder(dim=32, faults=["ok", "nan"]), cache=None)
     with pytest.raises(ValueError, match="NaN"):
         index.query_vectors(["weather"])
     assert index.query_vectors(["weather"]).shape == (1, 32)
@@ -559,8 +565,10 @@ def word_catalogues(draw: st.DrawFn) -> Catalog:
 )
 def test_int8_recall_ranks_as_fp32(catalog: Catalog, query: str, strategy: str, k: int) -> None:
     embedder = HashingEmbedder(dim=64)
-    fp32 = RecallIndex(catalog, embedder=embedder)
-    int8 = RecallIndex(catalog, embedder=embedder, int8_product=numpy_int8_product, int8_from=0)
+    fp32 = ToolIndex(catalog, embedder=embedder, cache=None, int8_product=None)
+    int8 = ToolIndex(
+        catalog, embedder=embedder, cache=None, int8_product=numpy_int8_product, int8_from=0
+    )
     assert int8.int8 is not None
     assert fp32.int8 is None
     int8.int8.rescore_factor, int8.int8.rescore_min = 1, 2  # the error bound decides
@@ -608,8 +616,8 @@ def test_int8_failure_falls_back_to_fp32_and_never_raises(
     factory: Callable[..., object], strategy: str
 ) -> None:
     embedder = HashingEmbedder(dim=64)
-    fp32 = RecallIndex(CATALOG, embedder=embedder)
-    failing = RecallIndex(CATALOG, embedder=embedder, int8_product=factory, int8_from=0)  # type: ignore[arg-type]
+    fp32 = ToolIndex(CATALOG, embedder=embedder, cache=None, int8_product=None)
+    failing = ToolIndex(CATALOG, embedder=embedder, cache=None, int8_product=factory, int8_from=0)
     for query in ["send an email", "weather in a city", "read a file from disk"]:
         got = failing.select(query, strategy=strategy)  # type: ignore[arg-type]
         want = fp32.select(query, strategy=strategy)  # type: ignore[arg-type]

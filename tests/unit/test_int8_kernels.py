@@ -189,26 +189,15 @@ def test_tool_index_ranks_as_fp32_whichever_kernel_it_is_given(
     keyword_only = ToolIndex(
         catalog, embedder=None, cache=None, int8_product=kernel, int8_from=1000
     )
-    index = keyword_only.with_vectors(_Fixed(matrix), matrix)
+    index = keyword_only.recall.with_vectors(matrix)
     assert (index.int8 is not None) is int8_used  # quads fail the check: fp32 instead
-    fp32 = RecallIndex(catalog).with_vectors(_Fixed(matrix), matrix)
+    fp32 = RecallIndex.build(catalog).with_vectors(matrix)
     assert fp32.int8 is None
     got = index.rank("find the right tool", query, 5, strategy="semantic")
     want = fp32.rank("find the right tool", query, 5, strategy="semantic")
     assert got.tool_ids == want.tool_ids
     assert got.tool_ids[0] == f"tool_{target}"
 
-
-class _Fixed:
-    """An embedder whose tool vectors are given; the tests pass request vectors directly."""
-
-    identity, max_batch = "fixed", 64
-
-    def __init__(self, matrix: np.ndarray) -> None:
-        self.dim = matrix.shape[1]
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        raise AssertionError("not called")
 
 
 def test_onnx_int8_kernel_is_the_public_int8_kernel() -> None:

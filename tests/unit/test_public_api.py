@@ -51,6 +51,7 @@ PUBLIC = {
     "Selection",
     "Server",
     "StepSelection",
+    "Strategy",
     "Tool",
     "ToolIndex",
     "ToolSet",
@@ -234,6 +235,14 @@ def test_errors_print_with_their_public_path() -> None:
     assert toolroute.Catalog.from_file.__qualname__ == "Catalog.from_file"
 
 
+def test_strategy_is_a_string_enum_that_equals_its_names() -> None:
+    assert [s.value for s in toolroute.Strategy] == ["keyword", "semantic", "combined"]
+    assert toolroute.Strategy.COMBINED == "combined"
+    assert toolroute.Strategy("keyword") is toolroute.Strategy.KEYWORD
+    assert toolroute.Strategy.__module__ == "toolroute"
+    assert pickle.loads(pickle.dumps(toolroute.Strategy.SEMANTIC)) is toolroute.Strategy.SEMANTIC
+
+
 def test_renamed_objects_still_pickle_and_resolve_their_types() -> None:
     selection = toolroute.Selection(
         tool_ids=("a",), scores=(1.0,), strategy="keyword", outcome=toolroute.Outcome.APPLIED
@@ -311,6 +320,19 @@ def _public_callables(module: types.ModuleType) -> Iterator[tuple[str, object]]:
             yield name, value
 
 
+#: Diagnostic views of the index internals, read by the runtime and the benchmarks; a user
+#: never builds one. Listed so that a new private type in a public signature is a decision.
+PRIVATE_BY_DESIGN = {
+    "Engine.index: RecallIndex",
+    "ToolIndex.int8: Int8Index",
+    "ToolIndex.keyword: KeywordIndex",
+    "ToolIndex.rank: RequestVector",
+    "ToolIndex.ranked: RequestVector",
+    "ToolIndex.vectors: VectorIndex",
+    "ToolIndex.vectors_verdict: Verdict",
+}
+
+
 @pytest.mark.parametrize(
     ("module", "names"), PUBLIC_MODULES, ids=lambda v: getattr(v, "__name__", "")
 )
@@ -338,8 +360,9 @@ def test_every_type_and_default_in_a_public_signature_is_public(
             if p.default is not inspect.Parameter.empty and isinstance(p.default, enum.Enum)
         }
         for cls in named:
-            if is_private_home(cls.__module__):
-                private[f"{where}: {cls.__qualname__}"] = cls.__module__
+            key = f"{where}: {cls.__qualname__}"
+            if is_private_home(cls.__module__) and key not in PRIVATE_BY_DESIGN:
+                private[key] = cls.__module__
     assert private == {}
 
 

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from loopback.chat_vendor import Answer, Vendor, serve_chat
 
 from toolroute import Catalog, Outcome, ProviderError, Ranking, Tool, ToolIndex
+from toolroute._core.select.plan import rerank_pool_size
 from toolroute._judge.rerank import (
     MAX_DESCRIPTION_CHARS,
     RERANK_SCHEMA,
-    RERANK_TOOL_LIMIT,
     RerankResult,
     build_prompt,
     candidate_names,
@@ -28,7 +28,6 @@ from toolroute._judge.rerank import (
     quote_data,
     rerank,
     rerank_from_reply,
-    rerank_pool_size,
     rerank_scores,
     reranked_ranking,
 )
@@ -67,31 +66,6 @@ def request_block(prompt: str) -> str:
 
 def test_fake_generator_is_a_generator() -> None:
     assert isinstance(ScriptedGenerator(), Generator)
-
-
-@pytest.mark.parametrize(
-    ("limit", "size", "expected"),
-    [
-        (5, 0, 0),
-        (5, 3, 3),
-        (5, 30, 30),
-        (5, RERANK_TOOL_LIMIT, RERANK_TOOL_LIMIT),
-        (5, RERANK_TOOL_LIMIT + 1, 15),
-        (5, 1000, 15),
-        (1, 1000, 3),
-        (40, 100, 100),
-        (0, 1000, 0),
-    ],
-)
-def test_pool_is_the_whole_catalogue_up_to_50_tools_else_three_per_pick(
-    limit: int, size: int, expected: int
-) -> None:
-    assert rerank_pool_size(limit, size) == expected
-
-
-def test_pool_size_refuses_negative_numbers() -> None:
-    with pytest.raises(ValueError, match=">= 0"):
-        rerank_pool_size(-1, 10)
 
 
 def test_small_catalogue_pool_lists_every_tool_in_the_prompt() -> None:

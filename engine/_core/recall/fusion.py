@@ -28,6 +28,19 @@ COVERAGE_WEIGHT = 0.4
 NAME_WEIGHT = 0.1
 
 
+def keyword_terms(coverage: Scores, name_coverage: Scores) -> tuple[Scores, Scores]:
+    """The two keyword terms ``fuse`` adds to the cosine, in the order it adds them:
+    ``0.4 * coverage**2`` and ``0.1 * name_coverage**2``.
+
+    The int8 scorer adds the same terms to its candidates' exact cosines, in the same order,
+    so its sums round exactly as ``fuse``'s do.
+    """
+    return (
+        np.float32(COVERAGE_WEIGHT) * coverage * coverage,
+        np.float32(NAME_WEIGHT) * name_coverage * name_coverage,
+    )
+
+
 def fuse(cosine: Scores, coverage: Scores, name_coverage: Scores) -> Scores:
     """Combined score of every tool: ``cosine + 0.4 * coverage**2 + 0.1 * name_coverage**2``.
 
@@ -35,6 +48,6 @@ def fuse(cosine: Scores, coverage: Scores, name_coverage: Scores) -> Scores:
     evidence", so keyword evidence can still surface it rather than hide it for good.
     """
     fused: Scores = np.where(np.isfinite(cosine), cosine, np.float32(0.0)).astype(np.float32)
-    fused += np.float32(COVERAGE_WEIGHT) * coverage * coverage
-    fused += np.float32(NAME_WEIGHT) * name_coverage * name_coverage
+    for term in keyword_terms(coverage, name_coverage):
+        fused += term
     return fused

@@ -1,29 +1,42 @@
 """``RecallIndex``: synchronous recall and selection over one catalogue, from given vectors.
 
-Pure: it loads no model and reads no cache. It may hold an ``Embedder`` and call it (to embed
-the tools once and each query); the public ``toolroute.ToolIndex`` adds the default embedder
-and the disk cache on top of it.
+Pure and frozen: it loads no model, reads no cache and holds no embedder. It ranks the tool
+vectors it was given against the request vector it is given, so no call on it can run a
+model (on an event loop or anywhere). The public ``toolroute.ToolIndex`` adds the embedder
+(the default one, and the disk cache) on top of it; the engine embeds requests through its
+batcher, under the embed deadline. What each ranking's strategy, outcome and reason are is
+decided by the selection planner (``select_plan``); this module scores.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Literal, Self
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 
 from ..catalog.catalog import Catalog
 from ..errors import ConfigError
-from ..outcome import Outcome
 from ..protocols import Embedder
+from ..select.plan import (
+    RecallPlan,
+    RequestVector,
+    SelectPlan,
+    Verdict,
+    chosen_strategy,
+    plan_recall,
+    plan_select,
+    policy_from_options,
+)
 from ..select.policy import Policy, select
+from ..select.selection import STRATEGIES as STRATEGIES
 from ..select.selection import Ranking, Selection
+from ..select.selection import Strategy as Strategy
 from ..select.toolsets import ToolSet
 from ..text import embedding_text, keyword_document, split_identifier, tokenize
-from .fusion import COVERAGE_WEIGHT, NAME_WEIGHT, fuse
+from .fusion import fuse, keyword_terms
 from .keyword import KeywordIndex
 from .vectors import (
     INT8_FROM,
@@ -36,78 +49,90 @@ from .vectors import (
     top_k,
 )
 
-STRATEGIES = ("keyword", "semantic", "combined")
-Strategy = Literal["keyword", "semantic", "combined"]
 Progress = Callable[[int, int], None]
+Vector = npt.NDArray[np.float32]
 
 
+@attrs.frozen(kw_only=True, eq=False)
 class RecallIndex:
     """Keyword and embedding recall over a catalogue, plus the selection policy.
 
-    Built once: the keyword index at once, tool embeddings from the embedder (in steps of a
-    few model batches). If the embedder fails while building or while embedding a query,
-    recall falls back to keyword-only and the result says so (``outcome = degraded``) —
-    nothing raises.
+    Build one with ``RecallIndex.build`` (keyword-only), then ``with_vectors`` for a copy
+    that ranks by embeddings too; ``without_vectors`` for a keyword-only copy that says why.
+    A copy shares the catalogue and the keyword index; nothing is ever changed in place.
 
-    Args:
+    Attributes:
         catalog: the tools.
-        embedder: an ``Embedder``, or ``None`` for keyword-only recall.
-        strategy: the default strategy: ``combined`` with an embedder, else ``keyword``.
-        progress: called as ``progress(done, total)`` while tools are embedded.
-        extra_text: recall-only text per tool id (enrichment's phrasings).
-        int8_product: builds an int8 product for the quantised tool matrix; with it,
+        ids: the tools' ids, in catalogue order (row ``i`` of every score is ``ids[i]``).
+        keyword: the keyword index over the tools' text.
+        extra_text: recall-only text per tool id (enrichment's phrasings); tools stay as
+            given.
+        vectors: the tool vectors, ``None`` for keyword-only recall.
+        int8: the int8 copy scoring a large catalogue (``None``: fp32 scores everything).
+        degraded_reason: why there are no tool vectors, when they were lost (else empty).
+        int8_product: builds the int8 product for the quantised tool matrix; with it,
             catalogues of at least ``int8_from`` tools score semantic and combined recall
             from an ``Int8Index`` (int8 candidates, exact fp32 re-scoring: the same results
             as fp32, faster). ``None``: always fp32.
         int8_from: the catalogue size from which ``int8_product`` is used.
-
-    Raises:
-        ConfigError: an unknown strategy, or ``semantic``/``combined`` without an embedder.
-
-    **Fail-open:** an embedder that raises, or returns vectors of the wrong shape, while the
-    tools are embedded leaves a keyword-only index whose results are ``degraded`` with the
-    reason in ``degraded_reason``.
+        build_s: seconds the keyword index took to build.
     """
 
-    def __init__(
-        self,
+    catalog: Catalog
+    ids: tuple[str, ...] = attrs.field(repr=False)
+    keyword: KeywordIndex = attrs.field(repr=False)
+    extra_text: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    vectors: VectorIndex | None = attrs.field(default=None, repr=False)
+    int8: Int8Index | None = attrs.field(default=None, repr=False)
+    degraded_reason: str = ""
+    int8_product: Int8ProductFactory | None = attrs.field(default=None, repr=False)
+    int8_from: int = INT8_FROM
+    build_s: float = 0.0
+    #: Whether the index has tool vectors (``applied``), or why not (``degraded``); set
+    #: from ``vectors`` once, as every request reads it.
+    vectors_verdict: Verdict = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        verdict = Verdict.applied()
+        if self.vectors is None:
+            verdict = Verdict.degraded(self.degraded_reason or "the index has no tool vectors")
+        object.__setattr__(self, "vectors_verdict", verdict)
+
+    @classmethod
+    def build(
+        cls,
         catalog: Catalog,
         *,
-        embedder: Embedder | None = None,
-        strategy: Strategy | None = None,
-        progress: Progress | None = None,
         extra_text: Mapping[str, str] | None = None,
         int8_product: Int8ProductFactory | None = None,
         int8_from: int = INT8_FROM,
-    ) -> None:
+    ) -> RecallIndex:
+        """A keyword-only index over ``catalog`` (``with_vectors`` adds embeddings).
+
+        Raises:
+            ConfigError: ``catalog`` is not a ``Catalog``.
+        """
         started = time.perf_counter()
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
-        self.catalog = catalog
-        self._ids = catalog.ids
-        #: Recall-only text per tool id (enrichment's phrasings); tools stay as given.
-        self.extra_text: Mapping[str, str] = dict(extra_text or {})
-        self.keyword = KeywordIndex(
-            [keyword_document(tool, self.extra_text.get(tool.id, "")) for tool in catalog],
+        extra = dict(extra_text or {})
+        keyword = KeywordIndex(
+            [keyword_document(tool, extra.get(tool.id, "")) for tool in catalog],
             names=[tokenize(" ".join(split_identifier(tool.name))) for tool in catalog],
         )
-        self.embedder: Embedder | None = embedder
-        if strategy is None:
-            strategy = "combined" if self.embedder is not None else "keyword"
-        self.strategy: Strategy = _check_strategy(strategy, has_embedder=self.embedder is not None)
-        self.vectors: VectorIndex | None = None
-        self._int8_product, self._int8_from = int8_product, int8_from
-        #: The int8 copy scoring a large catalogue (``None``: fp32 scores everything).
-        self.int8: Int8Index | None = None
-        #: Why embeddings are unavailable, when they are.
-        self.degraded_reason = ""
-        if self.embedder is not None:
-            self._embed_catalog(self.embedder, progress)
-        self.build_s = time.perf_counter() - started
+        return cls(
+            catalog=catalog,
+            ids=catalog.ids,
+            keyword=keyword,
+            extra_text=extra,
+            int8_product=int8_product,
+            int8_from=int8_from,
+            build_s=time.perf_counter() - started,
+        )
 
-    def with_vectors(self, embedder: Embedder, vectors: npt.NDArray[np.float32]) -> Self:
-        """A copy that shares this index's catalogue and keyword index and uses ``vectors``
-        (one row per tool, from ``embedder``) for semantic and combined recall.
+    def with_vectors(self, vectors: npt.NDArray[np.float32]) -> RecallIndex:
+        """A copy that uses ``vectors`` (one row per tool) for semantic and combined recall;
+        for a large catalogue with an ``int8_product`` it quantises them too.
 
         This is how a runtime warms up in the background: serve a keyword-only index at once,
         embed the tools elsewhere (``embed_with_cache`` in the stores layer), then swap in
@@ -121,203 +146,109 @@ class RecallIndex:
             raise ConfigError(
                 f"expected one vector per tool, shape ({len(self.catalog)}, dim); got {array.shape}"
             )
-        clone = copy.copy(self)
-        clone.embedder = embedder
-        clone._use_vectors(array)
-        clone.degraded_reason = ""
-        if clone.strategy == "keyword" and self.embedder is None:
-            clone.strategy = "combined"
-        return clone
+        exact = VectorIndex(array)
+        return attrs.evolve(
+            self,
+            vectors=exact,
+            int8=int8_index(exact, self.int8_product, self.int8_from),
+            degraded_reason="",
+        )
 
-    def without_vectors(self, reason: str) -> Self:
-        """A keyword-only copy whose selections report ``reason`` (snapshots never change)."""
-        clone = copy.copy(self)
-        clone.vectors, clone.int8 = None, None
-        clone.degraded_reason = reason
-        return clone
+    def without_vectors(self, reason: str) -> RecallIndex:
+        """A keyword-only copy whose selections report ``reason``."""
+        return attrs.evolve(self, vectors=None, int8=None, degraded_reason=reason)
 
     def embedding_texts(self) -> list[str]:
         """What each tool is embedded from, in catalogue order (with its extra text)."""
         return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
 
-    def _embed_catalog(self, embedder: Embedder, progress: Progress | None) -> None:
-        try:
-            vectors = self.tool_vectors(embedder, self.embedding_texts(), progress)
-        except Exception as exc:  # any embedder failure degrades to keyword-only recall
-            self.degraded_reason = f"embedder failed while indexing: {brief(exc)}"
-            return
-        self._use_vectors(vectors)
-
-    def _use_vectors(self, vectors: npt.NDArray[np.float32]) -> None:
-        self.vectors = VectorIndex(vectors)
-        self.int8 = int8_index(self.vectors, self._int8_product, self._int8_from)
-
-    def tool_vectors(
-        self, embedder: Embedder, texts: Sequence[str], progress: Progress | None
-    ) -> npt.NDArray[np.float32]:
-        """The tools' vectors, one row per text: here straight from the embedder.
-
-        A subclass with a cache overrides this; whatever it raises degrades the index.
-        """
-        vectors = np.zeros((len(texts), int(embedder.dim)), dtype=np.float32)
-        for _ in embed_into(embedder, texts, vectors, np.arange(len(texts)), progress):
-            pass
-        return vectors
-
     # -- recall -------------------------------------------------------------------------------
-
-    def search(self, query: str, k: int = 10, *, strategy: Strategy | None = None) -> Ranking:
-        """The ``k`` best tools for ``query``, before any selection policy.
-
-        Raises:
-            ConfigError: an unknown strategy, or ``semantic``/``combined`` on an index
-                without an embedder.
-
-        **Fail-open:** an embedder that fails on the query (raises, or returns a vector of the
-        wrong width, NaN or zero) gives a keyword-only ranking, ``degraded`` with the reason;
-        an empty query gives an empty ranking, ``skipped``.
-        """
-        strategy = self._strategy(strategy)
-        query_vector, reason = None, self.degraded_reason
-        if strategy != "keyword" and self.vectors is not None and query.strip():
-            query_vector, reason = self._embed_query(query)
-        return self._rank(query, k, strategy, query_vector, reason)
-
-    def search_many(
-        self, queries: Sequence[str], k: int = 10, *, strategy: Strategy | None = None
-    ) -> list[Ranking]:
-        """``search`` for many queries, embedding them in batches.
-
-        Raises:
-            ConfigError: as ``search``.
-
-        **Fail-open:** when the embedder fails on the batch, every query is ranked by keyword
-        only, ``degraded`` with the reason.
-        """
-        strategy = self._strategy(strategy)
-        vectors: list[npt.NDArray[np.float32] | None] = [None] * len(queries)
-        reason = self.degraded_reason
-        asked = [i for i, q in enumerate(queries) if q.strip()]  # empty queries are skipped
-        if strategy != "keyword" and self.vectors is not None and asked:
-            try:
-                for i, vector in zip(
-                    asked, self.query_vectors([queries[i] for i in asked]), strict=True
-                ):
-                    vectors[i] = vector
-            except Exception as exc:  # degrade every query to keyword-only
-                reason = f"embedder failed on the queries: {brief(exc)}"
-        return [
-            self._rank(q, k, strategy, v, reason) for q, v in zip(queries, vectors, strict=True)
-        ]
-
-    def _embed_query(self, query: str) -> tuple[npt.NDArray[np.float32] | None, str]:
-        try:
-            return self.query_vectors([query])[0], ""
-        except Exception as exc:  # the selection degrades; it never raises
-            return None, f"embedder failed on the query: {brief(exc)}"
-
-    def query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Query vectors from the index's embedder, checked: one row per query, the index's
-        width, finite, non-zero.
-
-        Raises:
-            ValueError: the vectors fail a check (whatever the embedder raises, too); the
-                callers here turn either into a keyword-only, ``degraded`` result.
-        """
-        assert self.embedder is not None
-        assert self.vectors is not None
-        return checked_query_vectors(
-            self.embedder.embed(list(queries)), len(queries), self.vectors.dim
-        )
 
     def rank(
         self,
         query: str,
-        query_vector: npt.NDArray[np.float32] | None,
+        query_vector: Vector | RequestVector | None,
         k: int = 10,
         *,
-        strategy: Strategy | None = None,
+        strategy: Strategy | str | None = None,
         reason: str = "",
     ) -> Ranking:
-        """``search`` with a query vector computed elsewhere (``None``: keyword-only, degraded
-        with ``reason`` unless the strategy is ``keyword``). The vector must be a finite unit
-        row of the index's width; a runtime that micro-batches query embeddings uses this.
-        Unlike ``search``, asking a keyword-only index for ``semantic`` or ``combined``
-        degrades instead of raising: a runtime asks before its embeddings are ready.
+        """The ``k`` best tools for ``query``, before any selection policy.
+
+        Args:
+            query_vector: the request's vector, a finite unit row of the index's width: an
+                array (the full model's), a ``RequestVector`` (which also says whether it is
+                a step down), or ``None`` (keyword-only).
+            strategy: ``keyword``, ``semantic`` or ``combined``; by default ``combined`` when
+                the index has tool vectors, else ``keyword``.
+            reason: why there is no vector, when ``query_vector`` is ``None``.
 
         Raises:
             ConfigError: an unknown strategy.
 
         **Fail-open:** no vector, or an index without vectors, gives a keyword-only ranking,
-        ``degraded`` with ``reason``.
+        ``degraded`` with the reason (asking a keyword-only index for ``semantic`` or
+        ``combined`` degrades instead of raising: a runtime asks before its embeddings are
+        ready); an empty query gives an empty ranking, ``skipped``.
         """
-        chosen = self.strategy if strategy is None else _check_strategy(strategy, has_embedder=True)
-        return self._rank(query, k, chosen, query_vector, reason)
+        chosen = chosen_strategy(strategy, has_embedder=self.vectors is not None, strict=False)
+        return self.ranked(query, request_vector(query_vector, reason), k, chosen)
 
-    def _rank(
-        self,
-        query: str,
-        k: int,
-        strategy: Strategy,
-        query_vector: npt.NDArray[np.float32] | None,
-        reason: str,
+    def ranked(
+        self, query: str, request: RequestVector | None, k: int, strategy: Strategy
     ) -> Ranking:
-        if not query.strip():
-            return Ranking(
-                tool_ids=(),
-                scores=(),
-                strategy=strategy,
-                outcome=Outcome.SKIPPED,
-                reason="empty query",
-            )
-        tokens = tokenize(query)
-        outcome = Outcome.APPLIED
-        if strategy != "keyword" and (query_vector is None or self.vectors is None):
-            strategy, outcome = "keyword", Outcome.DEGRADED
-        if strategy == "keyword":
-            scores = self.keyword.bm25(tokens)
+        """``rank`` for a strategy already chosen: the planner decides, this scores."""
+        return self._rank(
+            query, k, plan_recall(query, strategy, request, tool_vectors=self.vectors_verdict)
+        )
+
+    def _rank(self, query: str, k: int, plan: RecallPlan) -> Ranking:
+        if not plan.ranks:
+            picked: Indices = np.empty(0, dtype=np.intp)
+            picked_scores: Scores = np.empty(0, dtype=np.float32)
+            baseline = 0.0
+        elif plan.vector is None:
+            scores = self.keyword.bm25(tokenize(query))
             picked = top_k(scores, k, floor=0.0)
             picked_scores, baseline = scores[picked], 0.0
         else:
-            assert query_vector is not None
-            picked, picked_scores, baseline = self._scored(tokens, query_vector, k, strategy)
+            picked, picked_scores, baseline = self._scored(
+                tokenize(query), plan.vector, k, plan.strategy
+            )
         return Ranking(
-            tool_ids=tuple(self._ids[i] for i in picked),
+            tool_ids=tuple(self.ids[i] for i in picked),
             scores=tuple(float(score) for score in picked_scores),
-            strategy=strategy,
-            outcome=outcome,
-            reason=reason if outcome is Outcome.DEGRADED else "",
+            strategy=plan.strategy,
+            outcome=plan.verdict.outcome,
+            reason=plan.verdict.reason,
             baseline=baseline,
         )
 
     def _scored(
         self,
         tokens: list[str],
-        query_vector: npt.NDArray[np.float32],
+        query_vector: Vector,
         k: int,
         strategy: Strategy,
     ) -> tuple[Indices, Scores, float]:
         """The ``k`` best rows by cosine (``semantic``) or fused score, their scores and the
         catalogue's mean score (the policy's baseline)."""
         assert self.vectors is not None
+        combined = strategy is Strategy.COMBINED
         if self.int8 is not None:
             # The same rows and scores as below: int8 picks candidates, fp32 re-scores them.
             bonus = None
-            if strategy == "combined":
-                coverage = self.keyword.coverage(tokens)
-                names = self.keyword.name_coverage(tokens)
-                # ``fuse``'s terms, in its order, so the sums round exactly as it rounds them.
-                bonus = (
-                    np.float32(COVERAGE_WEIGHT) * coverage * coverage,
-                    np.float32(NAME_WEIGHT) * names * names,
+            if combined:
+                bonus = keyword_terms(
+                    self.keyword.coverage(tokens), self.keyword.name_coverage(tokens)
                 )
             picked, picked_scores = self.int8.ranked(query_vector, k, bonus)
             return picked, picked_scores, self.int8.baseline(query_vector, bonus)
         cosine = self.vectors.scores(query_vector)
-        if strategy == "semantic":
-            scores = cosine
-        else:
+        if combined:
             scores = fuse(cosine, self.keyword.coverage(tokens), self.keyword.name_coverage(tokens))
+        else:
+            scores = cosine
         picked = top_k(scores, k)
         finite = scores[np.isfinite(scores)]
         return picked, scores[picked], float(finite.mean()) if finite.size else 0.0
@@ -327,8 +258,10 @@ class RecallIndex:
     def select(
         self,
         query: str,
+        query_vector: Vector | RequestVector | None,
         *,
-        strategy: Strategy | None = None,
+        strategy: Strategy | str | None = None,
+        reason: str = "",
         max_tools: int = 5,
         threshold: float | None = None,
         adaptive: bool = True,
@@ -339,51 +272,61 @@ class RecallIndex:
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
     ) -> Selection:
-        """The tools to show the model for ``query``.
+        """The tools to show the model for ``query``, ranked with ``query_vector``.
 
         Args:
             query: the user's request (or the text extracted from a conversation).
-            strategy: ``keyword``, ``semantic`` or ``combined``; the index default otherwise.
+            query_vector: as ``rank``.
+            strategy: as ``rank``.
+            reason: as ``rank``.
             policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
             Other arguments build the ``Policy`` (see its attributes).
 
         Returns:
-            A ``Selection``; ``outcome`` is ``degraded`` when the embedder failed and recall
-            fell back to keywords, ``skipped`` for an empty query (then only
-            ``always_active`` tools are returned).
+            A ``Selection``; ``outcome`` is ``degraded`` when recall fell back to keywords,
+            ``skipped`` for an empty query (then only ``always_active`` tools are returned).
 
         Raises:
             ConfigError: an option is out of range or names a tool not in the catalogue.
 
-        **Fail-open:** an embedder failure is never an exception here: recall falls back to
+        **Fail-open:** a missing vector is never an exception here: recall falls back to
         keywords, the ``threshold`` is not applied (it is on the strategy's scale) and the
         selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
+        chosen = chosen_strategy(strategy, has_embedder=self.vectors is not None, strict=False)
         if policy is None:
-            try:
-                policy = Policy(
-                    max_tools=max_tools,
-                    threshold=threshold,
-                    adaptive=adaptive,
-                    always_active=always_active,
-                    related=related or {},
-                    max_related=max_related,
-                    tool_sets=tool_sets,
-                    forced_sets=forced_sets,
-                )
-            except (TypeError, ValueError) as exc:
-                raise ConfigError(f"invalid selection option: {exc}") from None
-        policy.check_ids(self.catalog)
-        # Tool sets read the scores of more than the picks: anchors may rank just below them.
-        wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
-        ranking = self.search(query, wanted, strategy=strategy)
-        return select(ranking, policy, started)
+            policy = policy_from_options(
+                max_tools=max_tools,
+                threshold=threshold,
+                adaptive=adaptive,
+                always_active=always_active,
+                related=related,
+                max_related=max_related,
+                tool_sets=tool_sets,
+                forced_sets=forced_sets,
+            )
+        plan = self.plan(query, chosen, policy)
+        ranking = self.ranked(query, request_vector(query_vector, reason), plan.wanted, chosen)
+        return select(ranking, plan.policy, started)
 
-    def _strategy(self, strategy: Strategy | None) -> Strategy:
-        if strategy is None:
-            return self.strategy
-        return _check_strategy(strategy, has_embedder=self.embedder is not None)
+    def plan(self, query: str, strategy: Strategy, policy: Policy) -> SelectPlan:
+        """The selection plan for ``query`` over this catalogue (``plan_select``).
+
+        Raises:
+            ConfigError: ``policy`` names a tool or tool set the catalogue does not have.
+        """
+        return plan_select(query, strategy, policy, self.catalog, catalogue_size=len(self.catalog))
+
+
+def request_vector(query_vector: Vector | RequestVector | None, reason: str = "") -> RequestVector:
+    """What a caller handed in as a ``RequestVector``: an array is the full model's vector,
+    ``None`` none (``reason`` says why)."""
+    if isinstance(query_vector, RequestVector):
+        return query_vector
+    if query_vector is None:
+        return RequestVector.missing(reason)
+    return RequestVector.full(query_vector)
 
 
 def embed_into(
@@ -436,14 +379,6 @@ def checked_query_vectors(vectors: object, count: int, dim: int) -> npt.NDArray[
     if not np.abs(array).sum(axis=1).all():
         raise ValueError("embedder returned a zero vector (no evidence) for the query")
     return array
-
-
-def _check_strategy(strategy: str, *, has_embedder: bool) -> Strategy:
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    if strategy != "keyword" and not has_embedder:
-        raise ConfigError(f"strategy {strategy!r} needs an embedder; this index has none")
-    return strategy  # type: ignore[return-value]
 
 
 def brief(exc: BaseException) -> str:

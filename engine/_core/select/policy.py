@@ -9,8 +9,7 @@ import attrs
 
 from ..catalog.catalog import id_tuple
 from ..errors import ConfigError
-from ..outcome import Outcome
-from .selection import Ranking, Selection
+from .selection import Ranking, Selection, anchor_scores, threshold_applies
 from .toolsets import ToolSet, activated_sets, expand_additive
 
 #: toolpick's elbow: cut where one gap is at least this share of the top score's lead.
@@ -173,29 +172,21 @@ def elbow(ranked: Sequence[tuple[str, float]], *, baseline: float = 0.0) -> list
     return list(ranked)
 
 
-#: Strategies whose scores are on the embedder's cosine scale (where anchor floors live).
-COSINE_SCALED = frozenset({"semantic", "combined"})
-
-
 def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
     """Apply ``policy`` to a ranking; ``started`` is the ``perf_counter`` time the call began.
 
-    The threshold applies only to a ranking judged normally: a degraded one is on another
-    scale (keyword-only).
+    The threshold applies only where ``threshold_applies``; anchors read only
+    ``anchor_scores``.
     """
     picks = apply_policy(
         list(zip(ranking.tool_ids, ranking.scores, strict=True)),
         policy,
         baseline=ranking.baseline,
-        use_threshold=ranking.outcome is Outcome.APPLIED,
+        use_threshold=threshold_applies(ranking),
     )
     active: tuple[str, ...] = ()
     if policy.tool_sets:
-        # Anchor floors are on the embedder's cosine scale: keyword-only and re-ranked scores
-        # cannot activate a set (forced sets still apply).
-        scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
-        if ranking.outcome is not Outcome.APPLIED or ranking.strategy not in COSINE_SCALED:
-            scores = {}
+        scores = anchor_scores(ranking)
         active = activated_sets(scores, policy.tool_sets, forced=policy.forced_sets)
         members = {m for s in policy.tool_sets for m in s.members}
         have = {p.id for p in picks}

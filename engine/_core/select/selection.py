@@ -1,12 +1,48 @@
-"""What a selection returns."""
+"""What a selection returns, and the strategies that rank it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import enum
+from collections.abc import Iterable, Mapping
 
 import attrs
 
+from ..errors import ConfigError
 from ..outcome import Outcome
+
+
+class Strategy(enum.StrEnum):
+    """How recall scores the tools; each member equals its string value.
+
+    - ``keyword``: BM25 over the tools' text; its scores are BM25-based, in [0, ∞).
+    - ``semantic``: cosine similarity of the request's and the tools' embeddings, in [-1, 1].
+    - ``combined``: cosine lifted by keyword coverage (see ``fusion``), in [-1, 1.5].
+    """
+
+    KEYWORD = "keyword"
+    SEMANTIC = "semantic"
+    COMBINED = "combined"
+
+
+#: Every strategy's name, in documentation order (the CLI's choices).
+STRATEGIES: tuple[str, ...] = tuple(s.value for s in Strategy)
+
+#: Strategies whose scores are on the embedder's cosine scale (where anchor floors live).
+COSINE_SCALED = frozenset({Strategy.SEMANTIC, Strategy.COMBINED})
+
+
+def strategy_named(value: object) -> Strategy:
+    """``value`` (a ``Strategy`` or its name) as a ``Strategy``.
+
+    Raises:
+        ConfigError: ``value`` names no strategy (the message lists the ones there are).
+    """
+    if isinstance(value, str):
+        try:
+            return Strategy(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"unknown strategy {value!r}; expected one of {', '.join(STRATEGIES)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -17,7 +53,9 @@ class Selection:
         tool_ids: in order: always-active tools, ranked picks (best first), related tools.
         scores: per tool, the score on the strategy's scale; ``None`` for tools a rule added
             without a score.
-        strategy: the strategy that produced the ranking (``keyword`` when recall degraded).
+        strategy: the ``Strategy`` that produced the ranking (``keyword`` when recall
+            degraded), or ``"<strategy>+rerank"`` when the generator re-ranked it; compares
+            equal to the plain string either way.
         outcome: ``applied``, ``degraded`` (embedder unavailable: keyword-only) or
             ``skipped`` (empty request).
         reason: why the outcome is not ``applied``; empty otherwise.
@@ -42,7 +80,12 @@ class Selection:
 
 @attrs.frozen(kw_only=True)
 class Ranking:
-    """Candidates best first, before any policy: what evaluation scores."""
+    """Candidates best first, before any policy: what evaluation scores.
+
+    ``strategy`` is the ``Strategy`` that ranked them (``keyword`` when recall degraded), or
+    ``"<strategy>+rerank"`` after the generator re-ranked them; ``outcome`` and ``reason``
+    come from the selection planner (``reason`` is empty only when ``applied``).
+    """
 
     tool_ids: tuple[str, ...]
     scores: tuple[float, ...]
@@ -56,3 +99,18 @@ class Ranking:
         scores = dict(zip(self.tool_ids, self.scores, strict=True))
         kept = tuple(i for i in ids if i in scores)
         return attrs.evolve(self, tool_ids=kept, scores=tuple(scores[i] for i in kept))
+
+
+def threshold_applies(ranking: Ranking) -> bool:
+    """Whether a policy's ``threshold`` applies to ``ranking``'s scores: only to a ranking
+    judged normally (a degraded one is on another scale, keyword-only)."""
+    return ranking.outcome is Outcome.APPLIED
+
+
+def anchor_scores(ranking: Ranking) -> Mapping[str, float]:
+    """The scores tool-set anchors may read: a normally judged ranking on the embedder's
+    cosine scale, where the floors are measured; none from keyword-only, degraded or
+    re-ranked scores (forced sets still apply)."""
+    if ranking.outcome is not Outcome.APPLIED or ranking.strategy not in COSINE_SCALED:
+        return {}
+    return dict(zip(ranking.tool_ids, ranking.scores, strict=True))

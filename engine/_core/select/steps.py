@@ -8,15 +8,16 @@ awaiting: session holding, routing and recall; everything it decides comes from 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 
 from ..outcome import Outcome
-from .policy import COSINE_SCALED, Policy, select
+from .plan import anchored_sets, overfetched
+from .policy import Policy, select
 from .selection import Ranking
-from .toolsets import ToolSet, activated_sets
+from .toolsets import ToolSet
 
 if TYPE_CHECKING:
     from ..catalog.catalog import Catalog
@@ -107,20 +108,11 @@ def ranking_window(step: StepInput, *, max_tools: int, all_tools_ceiling: int) -
         wanted = all_tools_ceiling + len(step.hidden)
         return RankingWindow(start=0, count=all_tools_ceiling, wanted=wanted)
     start = step.page * max_tools
-    # Tool sets read the scores of more than the picks: anchors may rank just below.
     return RankingWindow(
         start=start,
         count=max_tools,
-        wanted=start + max_tools * (3 if step.sets else 1) + len(step.hidden),
+        wanted=start + overfetched(max_tools, tool_sets=bool(step.sets)) + len(step.hidden),
     )
-
-
-def anchored(ranking: Ranking, sets: Sequence[ToolSet]) -> tuple[str, ...]:
-    """Sets an anchor genuinely activates in ``ranking`` (as ``select``: never on keyword-only
-    scores, which are on another scale than the floors)."""
-    if not sets or ranking.outcome is not Outcome.APPLIED or ranking.strategy not in COSINE_SCALED:
-        return ()
-    return activated_sets(dict(zip(ranking.tool_ids, ranking.scores, strict=True)), sets)
 
 
 def ranked_step(
@@ -130,7 +122,7 @@ def ranked_step(
     sticky on the session)."""
     if step.hidden:
         ranking = ranking.only(i for i in ranking.tool_ids if i not in step.hidden)
-    activated = anchored(ranking, step.sets)
+    activated = anchored_sets(ranking, step.sets)
     policy = Policy(
         max_tools=window.count,
         adaptive=False,

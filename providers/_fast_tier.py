@@ -1,13 +1,20 @@
 """The fast tier: a request's vector as the mean of static token rows, in MiniLM's space.
 
 Each token of the vendored BERT vocabulary gets one 384-d row. The rows start from the
-*distilled* table (every token id run through the bundled MiniLM on its own: ~15-25 s on two
-cores, once per model), mapped linearly into the full model's space (``SpaceMap``), and are
+*distilled* table (every token id run through the bundled MiniLM on its own), mapped linearly
+into the full model's space (``SpaceMap``), and are
 then *learned*: ridge least squares (``_ridge``) fits them so that the mean of a text's
 rows matches the full model's sentence vector for that text. A
 request's fast vector therefore lives in the full model's space and is scored against the
 full tier's **tool** vectors: no second tool matrix. Embedding one request is a tokeniser call
 and a mean of at most 128 rows (~0.1 ms).
+
+The distilled table is a pure function of the model, so the bundled model's ships with the
+package (``fast_tier_table.npz``: int8 rows with one float32 scale each, 11.7 MB, 10.3 MB in
+the wheel; fp16 would cost 21.7 MB for the same dev-split hit@5, fp32 43.5 MB). It is used
+only when its sha256 and the sha256 of the model and tokenizer it was distilled from match the
+installed ones; any other model is distilled on first use (~16 s of CPU on two cores) and
+cached.
 
 The initial fit uses the catalogue's tool texts; every request the full tier answers is a
 free training pair (``learn``), and ``refit`` solves again from the running statistics. The
@@ -30,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core.text import MODEL_TEXT_CHARS, bounded
-from ._ridge import RidgeStats, SpaceMap, solve
+from ._ridge import RidgeStats, SpaceMap, Stopped, solve
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -40,7 +47,14 @@ if TYPE_CHECKING:
 F32 = npt.NDArray[np.float32]
 
 #: Bump when the files' meaning changes: old caches are then rebuilt, not misread.
-FORMAT: Final = 2
+FORMAT: Final = 3
+#: The distilled table shipped with the package, and what it was distilled from.
+SHIPPED_TABLE: Final = Path(__file__).with_name("fast_tier_table.npz")
+SHIPPED_TABLE_SHA256: Final = "d4c589b29d07ffbf6874c26c43318009c22fd79e16b76422c53342a3df7f6e01"
+SHIPPED_MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+SHIPPED_TOKENIZER_SHA256: Final = (
+    "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+)
 #: Pull of the fit towards the distilled rows; chosen on the dev splits (0.01 vs 0.001).
 DEFAULT_RIDGE: Final = 0.01
 #: Ridge of the linear map into the full model's space; chosen on the dev splits (1e-5..1e-3).
@@ -51,8 +65,8 @@ _CLS, _SEP = 101, 102
 _DISTIL_BATCH: Final = 512
 
 
-class FastTierStopped(Exception):
-    """``FastTier.open`` stopped between distillation batches because ``should_stop`` said so."""
+class FastTierStopped(Stopped):
+    """A build or fit stopped between two steps because ``should_stop`` said so."""
 
 
 class FastTier:
@@ -83,9 +97,11 @@ class FastTier:
         ridge: float = DEFAULT_RIDGE,
         tool_digests: set[bytes] | None = None,
         space: SpaceMap | None = None,
+        shipped: bool = False,
     ) -> None:
         self._tokenizer = tokenizer
         self._distilled = distilled
+        self._shipped = shipped  # the distilled table is the package's: the cache needs no copy
         self._stats = stats
         self._table = table
         self._fit_lock = threading.Lock()
@@ -120,8 +136,9 @@ class FastTier:
             tool_vectors: the full model's vectors of ``tool_texts`` (embedded when omitted).
             ridge: the fit's pull towards the distilled rows.
             max_pairs: bound of the co-occurrence statistics (see ``RidgeStats``).
-            should_stop: asked between distillation batches (from the worker thread); true
-                stops the build, so a shutting-down engine does not wait for it.
+            should_stop: asked between distillation batches and fitting steps (from the
+                worker thread); true stops the build, so a shutting-down engine does not
+                wait for it.
 
         Raises:
             EmbedderError: the model failed while distilling.
@@ -136,8 +153,14 @@ class FastTier:
         tokenizer.enable_truncation(_MAX_TOKENS)
         sha = embedder.model_sha256
         directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
-        saved = _load(directory, sha) if directory is not None else None
-        distilled = saved[0] if saved is not None else distil(embedder, should_stop=should_stop)
+        shipped = shipped_table(embedder)
+        saved = _load(directory, sha, shipped) if directory is not None else None
+        if saved is not None:
+            distilled = saved[0]
+        elif shipped is not None:
+            distilled = shipped
+        else:
+            distilled = distil(embedder, should_stop=should_stop)
         learned = saved[1] if saved is not None else None
         if learned is not None:
             stats, table, known, space = learned
@@ -148,7 +171,7 @@ class FastTier:
             table, known, space = distilled, set(), SpaceMap(int(distilled.shape[1]))
         tier = cls(
             tokenizer, distilled, stats, table, model_sha256=sha, directory=directory,
-            ridge=ridge, tool_digests=known, space=space,
+            ridge=ridge, tool_digests=known, space=space, shipped=distilled is shipped,
         )  # fmt: skip
         new = tier.unlearned_tools(tool_texts)
         if new:
@@ -158,7 +181,7 @@ class FastTier:
             else:
                 vectors = np.asarray(tool_vectors, dtype=np.float32)[new]
             tier.learn_tools(texts, vectors)
-            tier.refit()
+            tier.refit(should_stop=should_stop)
         if learned is None or new:
             tier.save()
         return tier
@@ -231,21 +254,30 @@ class FastTier:
         if features is not None:
             self._space.add(features, targets)
 
-    def refit(self, *, iterations: int = 20) -> None:
+    def refit(
+        self, *, iterations: int = 20, should_stop: Callable[[], bool] | None = None
+    ) -> None:
         """Solve the ridge fit from the statistics and swap in the new table.
 
-        **Cancellation:** none inside; run it in a worker thread and abandon the result if
-        the caller is gone (the old table keeps serving until the swap).
+        Raises:
+            FastTierStopped: ``should_stop`` said so; the old table keeps serving.
+
+        **Cancellation:** ``should_stop`` is asked between the fit's steps (each well under
+        0.1 s on BFCL's catalogue), so a shutting-down engine waits for one step at most.
         """
         with self._fit_lock:
             start = self._space.apply(self._distilled, MAP_RIDGE)
-            tokens, rows = solve(
-                self._stats.snapshot(),
-                start,
-                vocab_size=int(self._distilled.shape[0]),
-                ridge=self.ridge,
-                iterations=iterations,
-            )
+            try:
+                tokens, rows = solve(
+                    self._stats.system(),
+                    start,
+                    vocab_size=int(self._distilled.shape[0]),
+                    ridge=self.ridge,
+                    iterations=iterations,
+                    should_stop=should_stop,
+                )
+            except Stopped as exc:
+                raise FastTierStopped(str(exc)) from None
             table = start.copy()
             table[tokens] = rows
             table.setflags(write=False)
@@ -260,7 +292,6 @@ class FastTier:
             return
         keys, values, tokens, rows, texts = self._stats.snapshot()
         files: dict[str, npt.NDArray[np.generic]] = {
-            "distilled.npy": self._distilled,
             "keys.npy": keys,
             "values.npy": values,
             "tokens.npy": tokens,
@@ -272,10 +303,46 @@ class FastTier:
             .reshape(-1, 32)
             .copy(),
         }
+        if not self._shipped:
+            files["distilled.npy"] = self._distilled
         try:
-            _save(self.directory, self.model_sha256, files, texts)
+            _save(self.directory, self.model_sha256, files, texts, shipped=self._shipped)
         except OSError:
             return
+
+
+def shipped_table(embedder: MiniLMEmbedder) -> F32 | None:
+    """The package's distilled table, if it was distilled from ``embedder``'s model and
+    tokenizer and its file is intact; ``None`` otherwise (distil instead)."""
+    if (embedder.model_sha256, embedder.tokenizer_sha256) != (
+        SHIPPED_MODEL_SHA256,
+        SHIPPED_TOKENIZER_SHA256,
+    ):
+        return None
+    return _read_shipped(SHIPPED_TABLE, SHIPPED_TABLE_SHA256, embedder.vocab_size, embedder.dim)
+
+
+def _read_shipped(path: Path, sha256: str, vocab: int, dim: int) -> F32 | None:
+    try:
+        if _digest(path) != sha256:
+            return None
+        with np.load(path, allow_pickle=False) as arrays:
+            rows, scales = arrays["rows"], arrays["scales"]
+    except _LOAD_ERRORS:
+        return None
+    if rows.shape != (vocab, dim) or rows.dtype != np.int8 or scales.shape != (vocab, 1):
+        return None
+    table: F32 = (rows * scales.astype(np.float32)).astype(np.float32)
+    table.setflags(write=False)
+    return table
+
+
+def quantised(table: F32) -> dict[str, npt.NDArray[np.generic]]:
+    """``table`` as the shipped file stores it: int8 rows, one float32 scale per row
+    (symmetric: the largest magnitude of a row maps to 127)."""
+    scales = (np.abs(table).max(axis=1, keepdims=True) / 127).astype(np.float32)
+    scales = np.where(scales > 0, scales, np.float32(1))
+    return {"rows": np.round(table / scales).astype(np.int8), "scales": scales}
 
 
 def distil(embedder: MiniLMEmbedder, *, should_stop: Callable[[], bool] | None = None) -> F32:
@@ -302,7 +369,14 @@ def _digest(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _save(directory: Path, sha: str, files: dict[str, npt.NDArray[np.generic]], texts: int) -> None:
+def _save(
+    directory: Path,
+    sha: str,
+    files: dict[str, npt.NDArray[np.generic]],
+    texts: int,
+    *,
+    shipped: bool,
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     digests = {}
     for name, array in files.items():
@@ -311,7 +385,13 @@ def _save(directory: Path, sha: str, files: dict[str, npt.NDArray[np.generic]], 
             np.save(f, array, allow_pickle=False)
         os.replace(temporary, directory / name)
         digests[name] = _digest(directory / name)
-    manifest = {"format": FORMAT, "model_sha256": sha, "texts": texts, "sha256": digests}
+    manifest = {
+        "format": FORMAT,
+        "model_sha256": sha,
+        "texts": texts,
+        "distilled": "shipped" if shipped else "distilled.npy",
+        "sha256": digests,
+    }
     temporary = directory / ".manifest.json.tmp"
     temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     os.replace(temporary, directory / "manifest.json")  # last: it vouches for the rest
@@ -325,16 +405,22 @@ _Learned = tuple[RidgeStats, F32, set[bytes], SpaceMap]
 _LOAD_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 
-def _load(directory: Path, sha: str) -> tuple[F32, _Learned | None] | None:
+def _load(directory: Path, sha: str, shipped: F32 | None) -> tuple[F32, _Learned | None] | None:
     """``(distilled, learned)`` from the cache. ``None`` when the manifest or the distilled
     table is missing, corrupt or of another model (distil again); ``learned`` is ``None``
-    when only the learned files are (fit again from the tool texts, which is quick)."""
+    when only the learned files are (fit again from the tool texts, which is quick). A cache
+    fitted on the shipped table holds no copy of it: it needs ``shipped``."""
     try:
         manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
         if manifest.get("format") != FORMAT or manifest.get("model_sha256") != sha:
             return None
         digests: dict[str, str] = manifest["sha256"]
-        distilled = _checked_array(directory, "distilled.npy", digests).astype(np.float32)
+        if manifest.get("distilled") == "shipped":
+            if shipped is None:
+                return None
+            distilled = shipped
+        else:
+            distilled = _checked_array(directory, "distilled.npy", digests).astype(np.float32)
     except _LOAD_ERRORS:
         return None
     distilled.setflags(write=False)

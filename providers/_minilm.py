@@ -220,6 +220,7 @@ class MiniLMEmbedder:
         self.vocab_size = int(tokenizer.get_vocab_size())
         self.sessions = sessions
         self.model_sha256 = model_sha256.lower()
+        self.tokenizer_sha256 = tokenizer_sha256.lower()
         self.max_batch = max_batch
         self.identity = f"all-MiniLM-L6-v2-int8:{model_sha256.lower()[:16]}"
         self.model_path = model_file

@@ -31,7 +31,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -41,8 +41,6 @@ from ._ridge import RidgeStats, SpaceMap, Stopped, solve
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-    from ._minilm import MiniLMEmbedder
 
 F32 = npt.NDArray[np.float32]
 
@@ -63,6 +61,21 @@ _MAX_TOKENS: Final = 128
 _CLS, _SEP = 101, 102
 # Token ids run through the model per forward pass while distilling.
 _DISTIL_BATCH: Final = 512
+
+
+class SourceModel(Protocol):
+    """What a fast tier is built from (``MiniLMEmbedder``): its files' identity, its
+    vocabulary, and the model run on sentences and on bare token ids."""
+
+    tokenizer_path: Path
+    model_sha256: str
+    tokenizer_sha256: str
+    vocab_size: int
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> F32: ...
+
+    def embed_token_ids(self, ids: npt.NDArray[np.int64]) -> F32: ...
 
 
 class FastTierStopped(Stopped):
@@ -117,7 +130,7 @@ class FastTier:
     @classmethod
     def open(
         cls,
-        embedder: MiniLMEmbedder,
+        embedder: SourceModel,
         *,
         cache_dir: str | os.PathLike[str] | None,
         tool_texts: Sequence[str] = (),
@@ -311,7 +324,7 @@ class FastTier:
             return
 
 
-def shipped_table(embedder: MiniLMEmbedder) -> F32 | None:
+def shipped_table(embedder: SourceModel) -> F32 | None:
     """The package's distilled table, if it was distilled from ``embedder``'s model and
     tokenizer and its file is intact; ``None`` otherwise (distil instead)."""
     if (embedder.model_sha256, embedder.tokenizer_sha256) != (
@@ -345,7 +358,7 @@ def quantised(table: F32) -> dict[str, npt.NDArray[np.generic]]:
     return {"rows": np.round(table / scales).astype(np.int8), "scales": scales}
 
 
-def distil(embedder: MiniLMEmbedder, *, should_stop: Callable[[], bool] | None = None) -> F32:
+def distil(embedder: SourceModel, *, should_stop: Callable[[], bool] | None = None) -> F32:
     """Every vocabulary token on its own (``[CLS] t [SEP]``) through the model: ``(V, 384)``.
 
     Raises:

@@ -1,17 +1,10 @@
 """Recall: a request's ranking from the current snapshot, its embedding under a deadline.
 
-A request's vector comes down a ladder:
-
-1. the query cache (exact text, shared by every caller): no model call;
-2. the full tier: the query batcher (concurrent requests share one model call), abandoned at
-   ``deadlines.embed_s``;
-3. the fast tier, at once, when the batcher predicts a wait past the budget (texts
-   outstanding x measured model time per text), or when the full tier failed or missed its
-   deadline; only once it has learned from enough served requests to beat keyword-only;
-4. keyword-only: no fast tier (missing, not ready, failed).
-
-Rungs 3 and 4 are ``degraded`` with a reason naming the tier. Scoring a large catalogue runs
-off the event loop.
+A request's vector comes down a ladder (query cache, full tier, fast tier, keyword-only);
+which rung, strategy, outcome and reason is decided by the pure functions of
+``_core.recall_plan``. This shell only carries the plan out: it awaits the query batcher
+(concurrent requests share one model call) under ``deadlines.embed_s``, calls the fast tier,
+counts and publishes. Scoring a large catalogue runs off the event loop.
 """
 
 from __future__ import annotations
@@ -27,7 +20,17 @@ import trio
 
 from .._core.events import Event, FailOpen
 from .._core.index import Strategy, brief, checked_query_vectors
-from .._core.outcome import Outcome
+from .._core.recall_plan import (
+    Rung,
+    after_fast_tier_failed,
+    after_full_tier,
+    fast_tier_answered,
+    first_rung,
+    full_tier_failed,
+    full_tier_missed,
+    plan_recall,
+    ranking_outcome,
+)
 from .._core.selection import Ranking
 from .batcher import QueryBatcher
 from .fast_tier_service import FastTierService
@@ -166,7 +169,14 @@ class Recall:
 
     @property
     def default_strategy(self) -> Strategy:
-        return "combined" if self._embedder is not None else "keyword"
+        return plan_recall(
+            None,
+            has_embedder=self._embedder is not None,
+            index_has_vectors=False,
+            index_reason="",
+            warming=False,
+            query="",
+        ).strategy
 
     def _embed_batch(self) -> Callable[[Sequence[str]], Vectors]:
         assert self._embedder is not None
@@ -181,26 +191,34 @@ class Recall:
         # A checkpoint even when nothing below awaits (keyword-only on a small catalogue):
         # the caller's cancel scope can end the call, and a loop of selects lets others run.
         await trio.lowlevel.checkpoint()
-        chosen = strategy or self.default_strategy
+        plan = plan_recall(
+            strategy,
+            has_embedder=self._batcher is not None,
+            index_has_vectors=index.vectors is not None,
+            index_reason=index.degraded_reason,
+            warming=warming,
+            query=query,
+        )
         vector: Vectors | None = None
-        reason = index.degraded_reason or ("warming up" if warming else "")
-        if chosen != "keyword" and index.vectors is not None and query.strip() and self._batcher:
+        reason = plan.reason
+        if plan.wants_vector:
+            assert index.vectors is not None
             self._dim = index.vectors.dim
             vector, reason = await self._embed_query(query)
         if len(index.catalog) < SCORE_IN_THREAD_FROM:
-            ranked = index.rank(query, vector, k, strategy=chosen, reason=reason)
+            ranked = index.rank(query, vector, k, strategy=plan.strategy, reason=reason)
         else:
             # Scoring a large catalogue takes milliseconds: off the event loop.
             ranked = await self._workers.run(
-                functools.partial(index.rank, strategy=chosen, reason=reason),
+                functools.partial(index.rank, strategy=plan.strategy, reason=reason),
                 query,
                 vector,
                 k,
                 limiter=self._cpu,
             )
-        if vector is not None and reason and ranked.outcome is Outcome.APPLIED:
-            # A fast-tier vector ranks like any other, but the answer is a step down.
-            ranked = attrs.evolve(ranked, outcome=Outcome.DEGRADED, reason=reason)
+        outcome, reason = ranking_outcome(ranked.outcome, reason, had_vector=vector is not None)
+        if (outcome, reason) != (ranked.outcome, ranked.reason):
+            ranked = attrs.evolve(ranked, outcome=outcome, reason=reason)
         return ranked
 
     async def _embed_query(self, query: str) -> tuple[Vectors | None, str]:
@@ -209,25 +227,25 @@ class Recall:
         assert self._embedder is not None
         owner = (str(self._embedder.identity), self._dim)
         cached = self._cache.get(query, owner)
-        if cached is not None:
+        load = self._batcher.load
+        step = first_rung(
+            cached=cached is not None,
+            outstanding=load.outstanding,
+            predicted_wait_s=load.predicted_wait(),
+            budget_s=self._budget,
+            fast_tier_ready=self._fast_tier_usable(),
+        )
+        if step.rung is Rung.QUERY_CACHE:
             self._answers["full"] += 1
             return cached, ""
-        load = self._batcher.load
-        predicted = load.predicted_wait()
-        # A request that finds the model idle always goes to it: a lone caller gets the full
-        # tier, and the model time is measured again (one slow call cannot pin the ladder).
-        if load.outstanding and predicted > self._budget and self._fast_tier_usable():
-            busy = (
-                f"full model busy (predicted wait {predicted * 1000:.0f} ms"
-                f" > {self._budget * 1000:.0f} ms)"
-            )
-            return self._from_fast_tier(query, busy)
-        failure = f"the request's embedding took longer than {self._deadline} s"
+        if step.rung is Rung.FAST_TIER:
+            return self._from_fast_tier(query, step.reason)
+        failure = full_tier_missed(self._deadline)
         with trio.move_on_after(self._deadline):
             try:
                 vector = await self._batcher.embed(query)
             except Exception as exc:  # the request degrades; it never raises
-                failure = f"embedder failed on the query: {brief(exc)}"
+                failure = full_tier_failed(brief(exc))
             else:
                 self._answers["full"] += 1
                 self._cache.put(query, vector, owner)
@@ -235,10 +253,11 @@ class Recall:
                     self._fast.offer(query, vector)
                 return vector, ""
         self._publish(FailOpen(operation="select", what_failed="embedder", reason=failure))
-        if self._fast_tier_usable():
-            return self._from_fast_tier(query, failure)
+        step = after_full_tier(failure, fast_tier_ready=self._fast_tier_usable())
+        if step.rung is Rung.FAST_TIER:
+            return self._from_fast_tier(query, step.reason)
         self._answers["keyword"] += 1
-        return None, failure
+        return None, step.reason
 
     def _fast_tier_usable(self) -> bool:
         return self._fast is not None and self._fast.usable is not None
@@ -252,9 +271,11 @@ class Recall:
             assert tier is not None
             vector = query_vectors(tier, [query], self._dim)[0]
         except Exception as exc:  # the last rung: keyword-only
-            reason = f"keyword only: fast tier failed ({brief(exc)}); {why}"
-            self._publish(FailOpen(operation="select", what_failed="fast tier", reason=reason))
+            step = after_fast_tier_failed(brief(exc), why)
+            self._publish(
+                FailOpen(operation="select", what_failed="fast tier", reason=step.reason)
+            )
             self._answers["keyword"] += 1
-            return None, reason
+            return None, step.reason
         self._answers["fast"] += 1
-        return vector, f"fast tier: {why}"
+        return vector, fast_tier_answered(why)

@@ -37,6 +37,8 @@ _MERGE_AT = 1 << 20
 # Entries multiplied per chunk in the sparse products: a 1,024 x 384 float32 temporary
 # (1.5 MB) stays in the cache; 65,536-entry chunks (100 MB) made each product 3x slower.
 _CHUNK = 1 << 10
+# Rows of the starting table mapped per block (one ~25 ms product at full speed).
+_MAP_ROWS: Final = 4096
 #: Bag entries kept for the fast product; past it the bags are folded into ``G`` (memory only:
 #: ~12 bytes an entry, so at most ~25 MB).
 MAX_BAG_ENTRIES: Final = 1 << 21
@@ -267,9 +269,10 @@ def solve(
     # Pairs whose tokens are both seen (always true unless a snapshot was edited).
     a, b = slot_of[system.keys // vocab_size], slot_of[system.keys % vocab_size]
     known = (a >= 0) & (b >= 0)
-    pairs = _SymmetricProduct(a[known], b[known], system.values[known], tokens.size)
+    check = _Checkpoint(should_stop)
+    pairs = _SymmetricProduct(a[known], b[known], system.values[known], tokens.size, check)
     bags = _BagProduct(system.bag_starts, slot_of[system.bag_tokens], system.bag_weights,
-                       tokens.size)  # fmt: skip
+                       tokens.size, check)  # fmt: skip
     diagonal = pairs.diagonal + bags.diagonal + ridge
     base = start[tokens].astype(np.float32)
     rhs = rows + np.float32(ridge) * base
@@ -285,8 +288,7 @@ def solve(
     rz = np.einsum("ij,ij->j", residual, z)
     first = np.sqrt(np.einsum("ij,ij->j", residual, residual)).max()
     for _ in range(iterations):
-        if should_stop is not None and should_stop():
-            raise Stopped("the ridge solve was stopped")
+        check()
         if first == 0 or np.sqrt(np.einsum("ij,ij->j", residual, residual)).max() <= (
             tolerance * first
         ):
@@ -305,7 +307,10 @@ def solve(
 class _BagProduct:
     """``A^T (A x)`` for bags ``A`` (one row of token weights per text): ``G x`` without ``G``."""
 
-    def __init__(self, starts: I64, slots: I64, weights: F32, size: int) -> None:
+    def __init__(
+        self, starts: I64, slots: I64, weights: F32, size: int, check: _Checkpoint
+    ) -> None:
+        self.check = check
         self.bag_of = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
         self.starts, self.slots, self.weights = starts, slots, weights.astype(np.float32)
         self.texts = len(starts) - 1
@@ -319,15 +324,41 @@ class _BagProduct:
         if not self.slots.size:
             return out
         per_text = np.zeros((self.texts, x.shape[1]), dtype=np.float32)
-        _add_runs(per_text, self.bag_of, self.weights, x, self.slots)
+        _add_runs(per_text, self.bag_of, self.weights, x, self.slots, self.check)
         order = self.by_slot
-        _add_runs(out, self.slots[order], self.weights[order], per_text, self.bag_of[order])
+        _add_runs(
+            out, self.slots[order], self.weights[order], per_text, self.bag_of[order], self.check
+        )
         return out
 
 
-def _add_runs(out: F32, targets: I64, weights: F32, x: F32, sources: I64) -> None:
+class _Checkpoint:
+    """Asks ``should_stop`` every ``_CHECK_EVERY`` calls (and at once on ``force``): a step
+    of the solve at the lowest priority on a loaded machine can take long, so the solve
+    stops inside its products too, not only between iterations."""
+
+    def __init__(self, should_stop: Callable[[], bool] | None) -> None:
+        self._should_stop = should_stop
+        self._calls = 0
+
+    def __call__(self, *, force: bool = True) -> None:
+        if self._should_stop is None:
+            return
+        self._calls += 1
+        if (force or self._calls % _CHECK_EVERY == 0) and self._should_stop():
+            raise Stopped("the ridge solve was stopped")
+
+
+#: Chunks of a product between two ``should_stop`` calls (a few ms of work at full speed).
+_CHECK_EVERY: Final = 16
+
+
+def _add_runs(
+    out: F32, targets: I64, weights: F32, x: F32, sources: I64, check: _Checkpoint
+) -> None:
     """``out[targets[e]] += weights[e] * x[sources[e]]`` for entries sorted by target."""
     for start in range(0, targets.size, _CHUNK):
+        check(force=False)
         into = targets[start : start + _CHUNK]
         terms = weights[start : start + _CHUNK, None] * x[sources[start : start + _CHUNK]]
         firsts = np.flatnonzero(np.r_[True, into[1:] != into[:-1]])
@@ -340,8 +371,14 @@ class _SymmetricProduct:
     """``G @ x`` for ``G`` given by its upper triangle, as sorted CSR rows."""
 
     def __init__(
-        self, a: npt.NDArray[np.int64], b: npt.NDArray[np.int64], values: F32, size: int
+        self,
+        a: npt.NDArray[np.int64],
+        b: npt.NDArray[np.int64],
+        values: F32,
+        size: int,
+        check: _Checkpoint,
     ) -> None:
+        self.check = check
         off = a != b
         rows = np.concatenate([a, b[off]])
         cols = np.concatenate([b, a[off]])
@@ -355,7 +392,7 @@ class _SymmetricProduct:
 
     def __call__(self, x: F32) -> F32:
         out = np.zeros_like(x)
-        _add_runs(out, self.rows, self.vals, x, self.cols)
+        _add_runs(out, self.rows, self.vals, x, self.cols, self.check)
         return out
 
 
@@ -396,11 +433,22 @@ class SpaceMap:
         space.xtx, space.xty = xtx.astype(np.float64), xty.astype(np.float64)
         return space
 
-    def apply(self, start: F32, ridge: float) -> F32:
-        """``start @ M`` (``start`` itself before any text was added)."""
+    def apply(
+        self, start: F32, ridge: float, *, should_stop: Callable[[], bool] | None = None
+    ) -> F32:
+        """``start @ M`` (``start`` itself before any text was added).
+
+        Raises:
+            Stopped: ``should_stop`` said so (asked between blocks of rows).
+        """
         xtx, xty = self.snapshot()
         if not xtx.any():
             return start
         mapping = np.linalg.solve(xtx + ridge * np.eye(len(xtx)), xty).astype(np.float32)
-        mapped: F32 = start @ mapping
+        mapped: F32 = np.empty((start.shape[0], mapping.shape[1]), dtype=np.float32)
+        for first in range(0, start.shape[0], _MAP_ROWS):
+            if should_stop is not None and should_stop():
+                raise Stopped("the ridge solve was stopped")
+            block = slice(first, first + _MAP_ROWS)
+            np.matmul(start[block], mapping, out=mapped[block])
         return mapped

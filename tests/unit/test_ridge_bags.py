@@ -85,3 +85,30 @@ def test_an_empty_system_solves_to_nothing() -> None:
     tokens, rows = solve(system, np.zeros((VOCAB, DIM), np.float32), vocab_size=VOCAB, ridge=0.1)
     assert tokens.size == 0
     assert rows.shape == (0, DIM)
+
+
+def test_a_solve_stops_inside_a_long_product_not_only_between_steps() -> None:
+    # 2,000 texts of 12 tokens: each product runs many chunks; with no iterations at all the
+    # only chances to stop are inside the first product.
+    rng = np.random.default_rng(5)
+    vocab = 400
+    stats = RidgeStats(vocab, DIM)
+    stats.add(rng.integers(0, vocab, size=(2_000, 12)).tolist(), _targets(2_000, 6))
+    start = np.zeros((vocab, DIM), np.float32)
+    with pytest.raises(Stopped):
+        solve(stats.system(), start, vocab_size=vocab, ridge=0.1, iterations=0,
+              should_stop=lambda: True)  # fmt: skip
+    tokens, _ = solve(stats.system(), start, vocab_size=vocab, ridge=0.1, iterations=0,
+                      should_stop=lambda: False)  # fmt: skip
+    assert tokens.size > 0
+
+
+def test_mapping_a_table_stops_between_blocks_of_rows() -> None:
+    space = _ridge.SpaceMap(DIM)
+    space.add(_targets(10, 7), _targets(10, 8))
+    table = _targets(20_000, 9)
+    with pytest.raises(Stopped):
+        space.apply(table, 1e-3, should_stop=lambda: True)
+    whole = space.apply(table, 1e-3, should_stop=lambda: False)
+    np.testing.assert_allclose(whole, space.apply(table, 1e-3), rtol=1e-6)
+    assert whole.shape == table.shape

@@ -281,6 +281,7 @@ class MiniLMEmbedder:
         tool_texts: Sequence[str],
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],
+        fit_from: int = 0,
     ) -> FastTier:
         """This model's fast tier (the ``BuildsFastTier`` capability): see ``FastTier.open``.
 
@@ -296,6 +297,7 @@ class MiniLMEmbedder:
             tool_texts=tool_texts,
             tool_vectors=tool_vectors,
             should_stop=should_stop,
+            fit_from=fit_from,
         )
 
     def embed_token_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:

@@ -117,7 +117,10 @@ class BuildsFastTier(Protocol):
         tool_texts: Sequence[str],
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],
+        fit_from: int = 0,
     ) -> FastTierModel:
-        """The fast tier, loaded from ``cache_dir`` or built and fitted on the tool texts;
-        runs in a background thread and raises when ``should_stop`` turns true."""
+        """The fast tier, loaded from ``cache_dir`` or built, with the tool texts learned
+        (and fitted at once if it has served at least ``fit_from`` requests: the engine
+        answers from it only past that many); runs in a background thread and raises when
+        ``should_stop`` turns true."""
         ...

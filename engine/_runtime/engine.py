@@ -282,6 +282,9 @@ def _fast_tier_service(
             tool_texts=index.embedding_texts(),
             tool_vectors=index.vectors.matrix,
             should_stop=should_stop,
+            # Recall answers from the tier only past ``min_served`` served requests: a fit
+            # on tool texts alone would never answer one, so it waits for the first refit.
+            fit_from=config.load.min_served,
         )
 
     return FastTierService(opener, config=config.load, workers=workers, publish=hub.publish)

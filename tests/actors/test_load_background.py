@@ -16,10 +16,11 @@ import trio.testing
 
 from toolroute import Catalog, EngineConfig
 from toolroute._core.config import WarmupConfig
-from toolroute._core.events import ServiceRestarted
+from toolroute._core.events import Event, ServiceRestarted
 from toolroute._core.protocols import BuildsFastTier, FastTierModel
 from toolroute._runtime.engine import open_engine
 from toolroute._runtime.fast_tier_service import at_low_priority
+from toolroute._runtime.hub import EventHub
 from toolroute._runtime.workers import SHUTDOWN_GRACE_S
 from toolroute.providers import HashingEmbedder
 from toolroute.providers._minilm import MiniLMEmbedder
@@ -79,8 +80,10 @@ class Builder(ScriptedEmbedder):
         tool_texts: Sequence[str],
         tool_vectors: Vectors,
         should_stop: Callable[[], bool],
+        fit_from: int = 0,
     ) -> FastTierModel:
         self.builds += 1
+        self.fit_from = fit_from
         assert len(tool_texts) == len(tool_vectors) == len(TOOLS)
         while self.spin:  # a long fit, asked between its steps whether to go on
             self.spinning.set()
@@ -100,26 +103,28 @@ def test_the_fast_tier_is_found_by_its_capability_not_by_class() -> None:
 
 
 async def test_the_fast_tier_runs_under_the_supervisor_and_restarts_after_a_crash(
-    autojump_clock: trio.testing.MockClock, tmp_path: Path
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Every event the engine publishes, from its first: the crash can come before any
+    # subscription could open.
+    published: list[object] = []
+    real_publish = EventHub.publish
+
+    def recording(self: EventHub, event: Event) -> None:
+        published.append(event)
+        real_publish(self, event)
+
+    monkeypatch.setattr(EventHub, "publish", recording)
     builder = Builder(crash=True)
-    # Not waiting for warm-up: the subscription opens before the fast tier is built.
-    config = EngineConfig(cache_dir=str(tmp_path), warmup=WarmupConfig(wait=False))
-    async with (
-        open_engine(TOOLS, config=config, embedder=builder, run_cpu=inline_cpu()) as engine,
-        engine.subscribe() as deliveries,
-    ):
+    config = EngineConfig(cache_dir=str(tmp_path), warmup=WarmupConfig(wait=True))
+    async with open_engine(TOOLS, config=config, embedder=builder, run_cpu=inline_cpu()) as engine:
         await trio.sleep(5)  # the crash, the backoff, the second build
-        restarts = []
-        with trio.move_on_after(1):
-            async for delivery in deliveries:
-                if isinstance(delivery.event, ServiceRestarted):
-                    restarts.append(delivery.event)
-                    break
         assert engine.statistics.fast_tier_open
+    restarts = [e for e in published if isinstance(e, ServiceRestarted)]
     assert [e.service for e in restarts] == ["fast tier"]
     assert "a bug in the fast tier service" in restarts[0].error
     assert builder.builds == 2
+    assert builder.fit_from == config.load.min_served  # no fit that could not answer yet
 
 
 async def test_an_embedder_without_the_capability_gets_no_fast_tier(

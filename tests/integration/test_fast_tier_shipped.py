@@ -152,3 +152,25 @@ def test_a_first_build_asked_to_stop_during_its_fit_stops(
     with pytest.raises(FastTierStopped):
         FastTier.open(emb, cache_dir=tmp_path, tool_texts=TOOLS, should_stop=lambda: True)
     assert not (tmp_path / "fast-tier").exists()  # nothing half-fitted is cached
+
+
+def test_a_tier_that_could_not_answer_yet_learns_its_tools_without_fitting_them(
+    emb: MiniLMEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_fit(self: FastTier, **kwargs: object) -> None:
+        raise AssertionError("fitted although no request could be answered from it")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FastTier, "refit", no_fit)
+        tier = FastTier.open(emb, cache_dir=tmp_path, tool_texts=TOOLS, fit_from=200)
+    assert tier.learned_texts == len(TOOLS)
+    assert tier.served_texts == 0
+    assert not (tmp_path / "fast-tier").exists()  # nothing unfitted is saved
+    # Served requests arrive; the first refit fits them with the tools, and saves.
+    texts = [f"please {tool}" for tool in TOOLS]
+    tier.learn(texts, emb.embed(texts))
+    tier.refit()
+    tier.save()
+    again = FastTier.open(emb, cache_dir=tmp_path, tool_texts=TOOLS, fit_from=20)
+    assert again.learned_texts == 2 * len(TOOLS)
+    np.testing.assert_array_equal(again._table, tier._table)

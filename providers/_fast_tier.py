@@ -16,27 +16,28 @@ only when its sha256 and the sha256 of the model and tokenizer it was distilled 
 installed ones; any other model is distilled on first use (~16 s of CPU on two cores) and
 cached.
 
-The initial fit uses the catalogue's tool texts; every request the full tier answers is a
-free training pair (``learn``), and ``refit`` solves again from the running statistics. The
-table and the statistics (never texts) persist in ``cache_dir/fast-tier/<model sha256>/``,
-each file checked against the sha256 recorded in ``manifest.json``; a missing, corrupt or
-mismatched file is rebuilt from the installed model. Nothing here uses the network.
+The catalogue's tool texts are learned first (and fitted at once unless ``fit_from`` says
+the tier could not answer yet); every request the full tier answers is a free training pair
+(``learn``), and ``refit`` solves again from the running statistics. The table and the
+statistics (never texts) persist in ``cache_dir/fast-tier/<model sha256>/``
+(``_fast_tier_files``); a missing, corrupt or mismatched file is rebuilt from the installed
+model. Nothing here uses the network.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from .._core.text import MODEL_TEXT_CHARS, bounded
+from ._fast_tier_files import Learned, SourceModel, load, save, shipped_table
 from ._ridge import RidgeStats, SpaceMap, Stopped, solve
 
 if TYPE_CHECKING:
@@ -44,15 +45,6 @@ if TYPE_CHECKING:
 
 F32 = npt.NDArray[np.float32]
 
-#: Bump when the files' meaning changes: old caches are then rebuilt, not misread.
-FORMAT: Final = 3
-#: The distilled table shipped with the package, and what it was distilled from.
-SHIPPED_TABLE: Final = Path(__file__).with_name("fast_tier_table.npz")
-SHIPPED_TABLE_SHA256: Final = "d4c589b29d07ffbf6874c26c43318009c22fd79e16b76422c53342a3df7f6e01"
-SHIPPED_MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-SHIPPED_TOKENIZER_SHA256: Final = (
-    "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-)
 #: Pull of the fit towards the distilled rows; chosen on the dev splits (0.01 vs 0.001).
 DEFAULT_RIDGE: Final = 0.01
 #: Ridge of the linear map into the full model's space; chosen on the dev splits (1e-5..1e-3).
@@ -63,21 +55,6 @@ _CLS, _SEP = 101, 102
 _LEARN_SLICE: Final = 128
 # Token ids run through the model per forward pass while distilling.
 _DISTIL_BATCH: Final = 512
-
-
-class SourceModel(Protocol):
-    """What a fast tier is built from (``MiniLMEmbedder``): its files' identity, its
-    vocabulary, and the model run on sentences and on bare token ids."""
-
-    tokenizer_path: Path
-    model_sha256: str
-    tokenizer_sha256: str
-    vocab_size: int
-    dim: int
-
-    def embed(self, texts: Sequence[str]) -> F32: ...
-
-    def embed_token_ids(self, ids: npt.NDArray[np.int64]) -> F32: ...
 
 
 class FastTierStopped(Stopped):
@@ -175,7 +152,10 @@ class FastTier:
         tokenizer.enable_truncation(_MAX_TOKENS)
         sha = embedder.model_sha256
         directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
-        shipped = shipped_table(embedder)
+        try:
+            shipped = shipped_table(embedder, should_stop=should_stop)
+        except Stopped as exc:
+            raise FastTierStopped(str(exc)) from None
         saved = _load(directory, sha, shipped) if directory is not None else None
         if saved is not None:
             distilled = saved[0]
@@ -339,43 +319,9 @@ class FastTier:
         if not self._shipped:
             files["distilled.npy"] = self._distilled
         try:
-            _save(self.directory, self.model_sha256, files, texts, shipped=self._shipped)
+            save(self.directory, self.model_sha256, files, texts, shipped=self._shipped)
         except OSError:
             return
-
-
-def shipped_table(embedder: SourceModel) -> F32 | None:
-    """The package's distilled table, if it was distilled from ``embedder``'s model and
-    tokenizer and its file is intact; ``None`` otherwise (distil instead)."""
-    if (embedder.model_sha256, embedder.tokenizer_sha256) != (
-        SHIPPED_MODEL_SHA256,
-        SHIPPED_TOKENIZER_SHA256,
-    ):
-        return None
-    return _read_shipped(SHIPPED_TABLE, SHIPPED_TABLE_SHA256, embedder.vocab_size, embedder.dim)
-
-
-def _read_shipped(path: Path, sha256: str, vocab: int, dim: int) -> F32 | None:
-    try:
-        if _digest(path) != sha256:
-            return None
-        with np.load(path, allow_pickle=False) as arrays:
-            rows, scales = arrays["rows"], arrays["scales"]
-    except _LOAD_ERRORS:
-        return None
-    if rows.shape != (vocab, dim) or rows.dtype != np.int8 or scales.shape != (vocab, 1):
-        return None
-    table: F32 = (rows * scales.astype(np.float32)).astype(np.float32)
-    table.setflags(write=False)
-    return table
-
-
-def quantised(table: F32) -> dict[str, npt.NDArray[np.generic]]:
-    """``table`` as the shipped file stores it: int8 rows, one float32 scale per row
-    (symmetric: the largest magnitude of a row maps to 127)."""
-    scales = (np.abs(table).max(axis=1, keepdims=True) / 127).astype(np.float32)
-    scales = np.where(scales > 0, scales, np.float32(1))
-    return {"rows": np.round(table / scales).astype(np.int8), "scales": scales}
 
 
 def distil(embedder: SourceModel, *, should_stop: Callable[[], bool] | None = None) -> F32:
@@ -397,90 +343,10 @@ def distil(embedder: SourceModel, *, should_stop: Callable[[], bool] | None = No
     return table
 
 
-def _digest(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _save(
-    directory: Path,
-    sha: str,
-    files: dict[str, npt.NDArray[np.generic]],
-    texts: int,
-    *,
-    shipped: bool,
-) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    digests = {}
-    for name, array in files.items():
-        temporary = directory / f".{name}.tmp"
-        with temporary.open("wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(temporary, directory / name)
-        digests[name] = _digest(directory / name)
-    manifest = {
-        "format": FORMAT,
-        "model_sha256": sha,
-        "texts": texts,
-        "distilled": "shipped" if shipped else "distilled.npy",
-        "sha256": digests,
-    }
-    temporary = directory / ".manifest.json.tmp"
-    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    os.replace(temporary, directory / "manifest.json")  # last: it vouches for the rest
-
-
 def _text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-_Learned = tuple[RidgeStats, F32, set[bytes], SpaceMap]
-_LOAD_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError)
-
-
-def _load(directory: Path, sha: str, shipped: F32 | None) -> tuple[F32, _Learned | None] | None:
-    """``(distilled, learned)`` from the cache. ``None`` when the manifest or the distilled
-    table is missing, corrupt or of another model (distil again); ``learned`` is ``None``
-    when only the learned files are (fit again from the tool texts, which is quick). A cache
-    fitted on the shipped table holds no copy of it: it needs ``shipped``."""
-    try:
-        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT or manifest.get("model_sha256") != sha:
-            return None
-        digests: dict[str, str] = manifest["sha256"]
-        if manifest.get("distilled") == "shipped":
-            if shipped is None:
-                return None
-            distilled = shipped
-        else:
-            distilled = _checked_array(directory, "distilled.npy", digests).astype(np.float32)
-    except _LOAD_ERRORS:
-        return None
-    distilled.setflags(write=False)
-    try:
-        arrays = {name: _checked_array(directory, name, digests) for name in digests}
-        tokens = arrays["tokens.npy"].astype(np.int64)
-        stats = RidgeStats.restore(
-            int(distilled.shape[0]),
-            arrays["keys.npy"],
-            arrays["values.npy"],
-            tokens,
-            arrays["rows.npy"],
-            int(manifest["texts"]),
-        )
-        space = SpaceMap.restore(arrays["map_xtx.npy"], arrays["map_xty.npy"])
-        table = space.apply(distilled, MAP_RIDGE).copy()
-        table[tokens] = arrays["table_rows.npy"]
-        known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
-    except _LOAD_ERRORS:
-        return distilled, None
-    table.setflags(write=False)
-    return distilled, (stats, table, known, space)
-
-
-def _checked_array(directory: Path, name: str, digests: dict[str, str]) -> npt.NDArray[Any]:
-    """The array in ``name`` if its sha256 is the manifest's; ``ValueError`` otherwise."""
-    if _digest(directory / name) != digests[name]:
-        raise ValueError(f"{name} does not match its sha256")
-    array: npt.NDArray[Any] = np.load(directory / name, allow_pickle=False)
-    return array
+def _load(directory: Path, sha: str, shipped: F32 | None) -> tuple[F32, Learned | None] | None:
+    """The cache's ``(distilled, learned)`` (see ``load``), mapped with ``MAP_RIDGE``."""
+    return load(directory, sha, shipped, map_ridge=MAP_RIDGE)

@@ -33,7 +33,7 @@ from toolroute import Catalog, EmbeddingCache, EngineConfig, ToolIndex, load_que
 from toolroute._core.config import LoadConfig, WarmupConfig
 from toolroute._runtime.engine import Engine, open_engine
 from toolroute._runtime.fast_tier_service import at_low_priority
-from toolroute.providers import _fast_tier
+from toolroute.providers import _fast_tier, _fast_tier_files
 from toolroute.providers._fast_tier import FastTier, FastTierStopped
 from toolroute.providers._minilm import MiniLMEmbedder
 from toolroute.providers._ridge import solve
@@ -48,7 +48,7 @@ def without_shipped_table(enabled: bool) -> Iterator[None]:
     """The path of a model the package ships no table for (the behaviour before it)."""
     real = _fast_tier.shipped_table
     if enabled:
-        _fast_tier.shipped_table = lambda _embedder: None  # type: ignore[assignment]
+        _fast_tier.shipped_table = lambda _embedder, **_: None  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -72,7 +72,9 @@ def config_for(cache_dir: Path) -> EngineConfig:
 
 
 async def first_engine(catalog: Catalog, embedder: MiniLMEmbedder, cache_dir: Path) -> tuple[float, float]:
-    """(CPU s, wall s) from ``ready()`` until the fast tier is open."""
+    """(CPU s, wall s) from ``ready()`` until the fast tier is open (in a new process: the
+    shipped table is read again)."""
+    _fast_tier_files._shipped.clear()
     async with open_engine(catalog, config=config_for(cache_dir), embedder=embedder,
                            decider=None) as engine:  # fmt: skip
         cpu, wall = time.process_time(), time.perf_counter()

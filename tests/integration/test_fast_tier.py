@@ -50,7 +50,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, emb: MiniLMEmbedder) -> tupl
     return tier, cache
 
 
-def _no_shipped_table(embedder: MiniLMEmbedder) -> None:
+def _no_shipped_table(embedder: MiniLMEmbedder, **_: object) -> None:
     return None
 
 

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from toolroute.providers import _fast_tier
-from toolroute.providers._fast_tier import (
+from toolroute.providers._fast_tier import FastTier, FastTierStopped
+from toolroute.providers._fast_tier_files import (
     SHIPPED_TABLE,
     SHIPPED_TABLE_SHA256,
-    FastTier,
-    FastTierStopped,
     _read_shipped,
     quantised,
     shipped_table,
 )
 from toolroute.providers._minilm import MiniLMEmbedder, default_embedder
+from toolroute.providers._ridge import Stopped
 
 pytestmark = pytest.mark.slow
 
@@ -92,12 +92,18 @@ def test_a_shipped_file_that_does_not_match_its_sha256_is_never_used(
 ) -> None:
     copy = tmp_path / "table.npz"
     shutil.copyfile(SHIPPED_TABLE, copy)
-    assert _read_shipped(copy, SHIPPED_TABLE_SHA256, emb.vocab_size, emb.dim) is not None
+    assert _read_shipped(SHIPPED_TABLE_SHA256, emb.vocab_size, emb.dim, path=copy) is not None
     data = bytearray(copy.read_bytes())
     data[len(data) // 2] ^= 0x01
     copy.write_bytes(bytes(data))
-    assert _read_shipped(copy, SHIPPED_TABLE_SHA256, emb.vocab_size, emb.dim) is None
-    assert _read_shipped(tmp_path / "missing.npz", SHIPPED_TABLE_SHA256, 1, 1) is None
+    assert _read_shipped(SHIPPED_TABLE_SHA256, emb.vocab_size, emb.dim, path=copy) is None
+    assert _read_shipped(SHIPPED_TABLE_SHA256, 1, 1, path=tmp_path / "missing.npz") is None
+
+
+def test_reading_the_shipped_table_stops_when_asked(emb: MiniLMEmbedder) -> None:
+    with pytest.raises(Stopped):
+        _read_shipped(SHIPPED_TABLE_SHA256, emb.vocab_size, emb.dim, path=SHIPPED_TABLE,
+                      should_stop=lambda: True)  # fmt: skip
 
 
 @attrs.frozen
@@ -120,7 +126,7 @@ def test_a_cache_fitted_on_the_shipped_table_is_refitted_when_the_table_goes(
     distilled = np.zeros((emb.vocab_size, emb.dim), dtype=np.float32)
     distilled[:, 0] = 1.0
     distilled.setflags(write=False)
-    monkeypatch.setattr(_fast_tier, "shipped_table", lambda _embedder: None)
+    monkeypatch.setattr(_fast_tier, "shipped_table", lambda _embedder, **_: None)
     monkeypatch.setattr(_fast_tier, "distil", lambda *a, **k: distilled)
     rebuilt = FastTier.open(emb, cache_dir=tmp_path, tool_texts=TOOLS)
     assert rebuilt._distilled is distilled  # the cache could not vouch for its rows

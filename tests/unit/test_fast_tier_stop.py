@@ -15,7 +15,7 @@ def test_a_build_asked_to_stop_stops_before_the_next_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     embedder = default_embedder()
-    monkeypatch.setattr(_fast_tier, "shipped_table", lambda _embedder: None)  # distil it
+    monkeypatch.setattr(_fast_tier, "shipped_table", lambda _embedder, **_: None)  # distil it
     asked: list[int] = []
 
     def should_stop() -> bool:

@@ -110,6 +110,7 @@ class RidgeStats:
         self._bag_tokens: list[I64] = []
         self._bag_weights: list[F32] = []
         self._bag_entries = 0
+        self._paired = 0  # bags whose pairs are in keys/values
         self._lock = threading.Lock()
 
     def add(self, token_ids: Sequence[Sequence[int]], targets: F32) -> None:
@@ -128,18 +129,14 @@ class RidgeStats:
             for ids, target in zip(token_ids, targets, strict=True):
                 if len(ids):
                     self._add_one(np.asarray(ids, dtype=np.int64), target)
-            if self._pending >= _MERGE_AT:
-                self._merge()
 
     def _add_one(self, ids: I64, target: F32) -> None:
         tokens, counts = np.unique(ids, return_counts=True)
         weights = (counts / counts.sum()).astype(np.float32)
         slots = self._slots(tokens)
         self.rows[slots] += weights[:, None] * target[None, :]
-        upper = np.triu_indices(len(tokens))
-        self._pending_keys.append(tokens[upper[0]] * self.vocab_size + tokens[upper[1]])
-        self._pending_values.append(weights[upper[0]] * weights[upper[1]])
-        self._pending += len(upper[0])
+        # G's pairs (~60^2 / 2 a text) are formed only when they are needed (``_merge``: a
+        # save or a fold); learning keeps the bag alone, which is all a fit multiplies by.
         self._bag_tokens.append(tokens)
         self._bag_weights.append(weights)
         self._bag_entries += len(tokens)
@@ -152,6 +149,7 @@ class RidgeStats:
         self._merge()
         self._solver_keys, self._solver_values = self.keys, self.values
         self._bag_tokens, self._bag_weights, self._bag_entries = [], [], 0
+        self._paired = 0
 
     def _slots(self, tokens: I64) -> npt.NDArray[np.int32]:
         new = tokens[self.slot_of[tokens] < 0]
@@ -164,6 +162,21 @@ class RidgeStats:
         return self.slot_of[tokens]
 
     def _merge(self) -> None:
+        """Add the pairs of every bag not yet paired into ``keys``/``values``, merging each
+        time ``_MERGE_AT`` entries wait (bounds the temporaries)."""
+        for tokens, weights in zip(
+            self._bag_tokens[self._paired :], self._bag_weights[self._paired :], strict=True
+        ):
+            upper = np.triu_indices(len(tokens))
+            self._pending_keys.append(tokens[upper[0]] * self.vocab_size + tokens[upper[1]])
+            self._pending_values.append(weights[upper[0]] * weights[upper[1]])
+            self._pending += len(upper[0])
+            if self._pending >= _MERGE_AT:
+                self._merge_pending()
+        self._paired = len(self._bag_tokens)
+        self._merge_pending()
+
+    def _merge_pending(self) -> None:
         if not self._pending:
             return
         keys = np.concatenate([self.keys, *self._pending_keys])

@@ -398,7 +398,7 @@ def main() -> None:
             "5": scoring_100k,
             "6": lambda: both_cores(args.datasets),
             "7": lambda: concurrency(args.datasets, embedder, cache, args.quick),
-            "8": lambda: background(args.datasets, embedder, cache),
+            "8": lambda: background(args.datasets, embedder, cache, args.quick),
         }
         for key, section in sections.items():
             if key in args.only:

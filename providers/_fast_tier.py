@@ -51,8 +51,9 @@ DEFAULT_RIDGE: Final = 0.01
 MAP_RIDGE: Final = 1e-3
 _MAX_TOKENS: Final = 128
 _CLS, _SEP = 101, 102
-# Tool texts learned between two ``should_stop`` calls (~20 ms of work at full speed).
-_LEARN_SLICE: Final = 128
+# Tool texts learned between two ``should_stop`` calls (~50 ms of work at full speed; each
+# slice also pays one small BLAS product, so not fewer texts).
+_LEARN_SLICE: Final = 512
 # Token ids run through the model per forward pass while distilling.
 _DISTIL_BATCH: Final = 512
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -84,4 +84,60 @@ class Int8Kernel(Protocol):
 
     def __call__(self, rows: npt.NDArray[np.int8]) -> Int8Product:
         """The product over ``rows``; raises when the kernel cannot load them."""
+
+
+# -- Optional capability: an embedder that can build a fast tier of its own model -----------
+# The runtime asks for this protocol, never for a provider class: any embedder that
+# implements ``open_fast_tier`` gets a fast tier rung under load.
+
+
+@runtime_checkable
+class FastTierModel(Protocol):
+    """A built fast tier: request vectors in its embedder's space from a cheap model, fitted
+    to what the full model answered. ``embed`` may run in any thread while the others run in
+    one background thread."""
+
+    #: Requests (not catalogue texts) its table was fitted on.
+    @property
+    def served_texts(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Unit request vectors, ``(len(texts), dim)``, in the full model's space."""
+        ...
+
+    def learn(self, texts: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
+        """Add requests with the full model's vectors (milliseconds)."""
+        ...
+
+    def learn_tools(self, texts: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
+        """Add catalogue texts (each distinct text counts once, across restarts)."""
+        ...
+
+    def refit(self, *, should_stop: Callable[[], bool] | None = None) -> None:
+        """Fit again and swap the table in whole; raise when ``should_stop`` turns true
+        (asked between steps), keeping the old table."""
+        ...
+
+    def save(self) -> None:
+        """Persist what it learned (statistics, never request text); fail-open."""
+        ...
+
+
+@runtime_checkable
+class BuildsFastTier(Protocol):
+    """An ``Embedder`` that can build a fast tier of its own model (``open_fast_tier``)."""
+
+    def open_fast_tier(
+        self,
+        *,
+        cache_dir: str,
+        tool_texts: Sequence[str],
+        tool_vectors: npt.NDArray[np.float32],
+        should_stop: Callable[[], bool],
+        fit_from: int = 0,
+    ) -> FastTierModel:
+        """The fast tier, loaded from ``cache_dir`` or built, with the tool texts learned
+        (and fitted at once if it has served at least ``fit_from`` requests: the engine
+        answers from it only past that many); runs in a background thread and raises when
+        ``should_stop`` turns true."""
         ...

@@ -1,12 +1,14 @@
 """The trio runtime's entry point: ``open_engine`` starts the engine's services in one
 nursery and hands out the ``Engine`` facade.
 
-The catalogue keeper's warm-up and the query batcher run supervised (restarted on a crash,
-within ``config.restarts``); the other services answer calls in the caller's task.
+The catalogue keeper's warm-up, the query batcher and the fast tier (its build and fits) run
+supervised (restarted on a crash, within ``config.restarts``); the other services answer
+calls in the caller's task.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,7 @@ from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
+from .._core.protocols import BuildsFastTier, FastTierModel
 from .._core.recall.index import RecallIndex
 from .._core.select.toolsets import ToolSet
 from .._core.stores import Stores
@@ -149,8 +152,11 @@ async def open_engine(
             await nursery.start(run_supervised, "warm-up", keeper.run, config.restarts, hub.publish)
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
-                nursery.start_soon(
+                fast_tier = functools.partial(
                     recall.fast_tier.run, lambda: keeper.snapshot.index, keeper.ready
+                )
+                await nursery.start(
+                    run_supervised, "fast tier", fast_tier, config.restarts, hub.publish
                 )
             if config.warmup.wait:
                 await engine.ready()
@@ -260,25 +266,24 @@ def _assemble(
 def _fast_tier_service(
     embedder: Embedder | None, config: EngineConfig, workers: WorkerCalls, hub: EventHub
 ) -> FastTierService | None:
-    """The fast tier for ``embedder``, if one can be built: the bundled MiniLM model's (the
-    tier is its static token rows), with caching on (a first build distils the model for
-    ~20-90 s of CPU; without a cache every start would pay it again)."""
-    from ..providers._embedders.fast_tier.tier import FastTier
-    from ..providers._embedders.minilm import MiniLMEmbedder
-
+    """The fast tier for ``embedder``, if it can build one (``BuildsFastTier``), with caching
+    on (without a cache every start would fit the catalogue again)."""
     directory = cache_directory(config)
-    if not config.load.fast_tier or directory is None or not isinstance(embedder, MiniLMEmbedder):
+    candidate: object = embedder  # a capability of its own, not a kind of ``Embedder``
+    if not config.load.fast_tier or directory is None or not isinstance(candidate, BuildsFastTier):
         return None
-    minilm = embedder
+    builder = candidate
 
-    def opener(index: RecallIndex, should_stop: Callable[[], bool]) -> FastTier:
+    def opener(index: RecallIndex, should_stop: Callable[[], bool]) -> FastTierModel:
         assert index.vectors is not None
-        return FastTier.open(
-            minilm,
-            cache_dir=directory,
+        return builder.open_fast_tier(
+            cache_dir=str(directory),
             tool_texts=index.embedding_texts(),
             tool_vectors=index.vectors.matrix,
             should_stop=should_stop,
+            # Recall answers from the tier only past ``min_served`` served requests: a fit
+            # on tool texts alone would never answer one, so it waits for the first refit.
+            fit_from=config.load.min_served,
         )
 
     return FastTierService(opener, config=config.load, workers=workers, publish=hub.publish)

@@ -1,17 +1,10 @@
 """Recall: a request's ranking from the current snapshot, its embedding under a deadline.
 
-A request's vector comes down a ladder:
-
-1. the query cache (exact text, shared by every caller): no model call;
-2. the full tier: the query batcher (concurrent requests share one model call), abandoned at
-   ``deadlines.embed_s``;
-3. the fast tier, at once, when the batcher predicts a wait past the budget (texts
-   outstanding x measured model time per text), or when the full tier failed or missed its
-   deadline; only once it has learned from enough served requests to beat keyword-only;
-4. keyword-only: no fast tier (missing, not ready, failed).
-
-Rungs 3 and 4 are ``degraded`` with a reason naming the tier. Scoring a large catalogue runs
-off the event loop.
+A request's vector comes down a ladder (query cache, full tier, fast tier, keyword-only);
+which rung, strategy, outcome and reason is decided by the pure functions of
+``_core.recall.plan``. This shell only carries the plan out: it awaits the query batcher
+(concurrent requests share one model call) under ``deadlines.embed_s``, calls the fast tier,
+counts and publishes. Scoring a large catalogue runs off the event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +20,15 @@ import trio
 
 from .._core.events import Event, FailOpen
 from .._core.recall.index import RecallIndex, brief, checked_query_vectors
+from .._core.recall.plan import (
+    Rung,
+    after_fast_tier_failed,
+    after_full_tier,
+    fast_tier_answered,
+    first_rung,
+    full_tier_failed,
+    full_tier_missed,
+)
 from .._core.select.plan import (
     RequestVector,
     chosen_strategy,
@@ -225,25 +227,25 @@ class Recall:
         assert self._embedder is not None
         owner = (str(self._embedder.identity), self._dim)
         cached = self._cache.get(query, owner)
-        if cached is not None:
+        load = self._batcher.load
+        step = first_rung(
+            cached=cached is not None,
+            outstanding=load.outstanding,
+            predicted_wait_s=load.predicted_wait(),
+            budget_s=self._budget,
+            fast_tier_ready=self._fast_tier_usable(),
+        )
+        if step.rung is Rung.QUERY_CACHE:
             self._answers["full"] += 1
             return cached, ""
-        load = self._batcher.load
-        predicted = load.predicted_wait()
-        # A request that finds the model idle always goes to it: a lone caller gets the full
-        # tier, and the model time is measured again (one slow call cannot pin the ladder).
-        if load.outstanding and predicted > self._budget and self._fast_tier_usable():
-            busy = (
-                f"full model busy (predicted wait {predicted * 1000:.0f} ms"
-                f" > {self._budget * 1000:.0f} ms)"
-            )
-            return self._from_fast_tier(query, busy)
-        failure = f"the request's embedding took longer than {self._deadline} s"
+        if step.rung is Rung.FAST_TIER:
+            return self._from_fast_tier(query, step.reason)
+        failure = full_tier_missed(self._deadline)
         with trio.move_on_after(self._deadline):
             try:
                 vector = await self._batcher.embed(query)
             except Exception as exc:  # the request degrades; it never raises
-                failure = f"embedder failed on the query: {brief(exc)}"
+                failure = full_tier_failed(brief(exc))
             else:
                 self._answers["full"] += 1
                 self._cache.put(query, vector, owner)
@@ -251,10 +253,11 @@ class Recall:
                     self._fast.offer(query, vector)
                 return vector, ""
         self._publish(FailOpen(operation="select", what_failed="embedder", reason=failure))
-        if self._fast_tier_usable():
-            return self._from_fast_tier(query, failure)
+        step = after_full_tier(failure, fast_tier_ready=self._fast_tier_usable())
+        if step.rung is Rung.FAST_TIER:
+            return self._from_fast_tier(query, step.reason)
         self._answers["keyword"] += 1
-        return None, failure
+        return None, step.reason
 
     def _fast_tier_usable(self) -> bool:
         return self._fast is not None and self._fast.usable is not None
@@ -268,9 +271,11 @@ class Recall:
             assert tier is not None
             vector = query_vectors(tier, [query], self._dim)[0]
         except Exception as exc:  # the last rung: keyword-only
-            reason = f"keyword only: fast tier failed ({brief(exc)}); {why}"
-            self._publish(FailOpen(operation="select", what_failed="fast tier", reason=reason))
+            step = after_fast_tier_failed(brief(exc), why)
+            self._publish(
+                FailOpen(operation="select", what_failed="fast tier", reason=step.reason)
+            )
             self._answers["keyword"] += 1
-            return None, reason
+            return None, step.reason
         self._answers["fast"] += 1
-        return vector, f"fast tier: {why}"
+        return vector, fast_tier_answered(why)

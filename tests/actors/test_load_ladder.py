@@ -71,7 +71,7 @@ class ScriptedFastTier:
     def learn_tools(self, texts: Sequence[str], vectors: npt.NDArray[np.float32]) -> None:
         self.tool_texts.extend(texts)
 
-    def refit(self) -> None:
+    def refit(self, *, should_stop: Callable[[], bool] | None = None) -> None:
         self.refits += 1
 
     def save(self) -> None:

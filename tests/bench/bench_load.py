@@ -18,6 +18,9 @@ Prints, side by side in one run (Markdown):
 
 7. the load ladder (``load_ladder.py``): 200 concurrent selects vs one at a time, with the
    fast tier off and fitted on 0 / 100 / 1k / 10k served dev requests; 100 callers vs one.
+8. background work (``load_background.py``): a first engine's CPU after ``ready()`` with the
+   shipped table and without, the fit's solve as pairs vs bags, leaving an engine during the
+   build, a lone caller's p50 idle vs during a background fit (lowest vs normal priority).
 Defaults were chosen on dev splits; every accuracy figure here is a test split.
 """
 
@@ -51,6 +54,7 @@ from toolroute.providers._embedders.minilm import MiniLMEmbedder
 from toolroute.stores import EmbeddingCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load_background import background
 from load_ladder import concurrency
 
 QUERY_FILES = {
@@ -375,7 +379,7 @@ def main() -> None:
     parser.add_argument("--datasets", type=Path, default=here.parents[3] / "shared" / "datasets")
     parser.add_argument("--quick", action="store_true", help="skip learning from served requests")
     parser.add_argument(
-        "--only", default="1234567", help="sections to run, e.g. 15 for bounds and 100k"
+        "--only", default="12345678", help="sections to run, e.g. 15 for bounds and 100k"
     )
     parser.add_argument("--warm-up-rss", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -396,6 +400,7 @@ def main() -> None:
             "5": scoring_100k,
             "6": lambda: both_cores(args.datasets),
             "7": lambda: concurrency(args.datasets, embedder, cache, args.quick),
+            "8": lambda: background(args.datasets, embedder, cache, args.quick),
         }
         for key, section in sections.items():
             if key in args.only:

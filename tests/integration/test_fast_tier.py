@@ -1,4 +1,4 @@
-"""The fast tier built for real from the bundled MiniLM (providers/_fast_tier.py)."""
+"""The fast tier built for real from the bundled MiniLM (providers/_embedders/fast_tier/tier.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def emb() -> MiniLMEmbedder:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, emb: MiniLMEmbedder) -> tuple[FastTier, Path]:
+    """A tier distilled here (the path of a model the package ships no table for)."""
     cache = tmp_path_factory.mktemp("fast")
     tools = [f"{a} {t}" for a, t in itertools.product(ACTIONS, THINGS)]
 
@@ -45,8 +46,19 @@ def built(tmp_path_factory: pytest.TempPathFactory, emb: MiniLMEmbedder) -> tupl
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(socket.socket, "connect", no_network)
         patch.setattr(socket, "getaddrinfo", no_network)
+        patch.setattr(_fast_tier, "shipped_table", _no_shipped_table)
         tier = FastTier.open(emb, cache_dir=cache, tool_texts=tools)
     return tier, cache
+
+
+def _no_shipped_table(embedder: MiniLMEmbedder, **_: object) -> None:
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _distilled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here exercises the distilled (not shipped) table's cache."""
+    monkeypatch.setattr(_fast_tier, "shipped_table", _no_shipped_table)
 
 
 def test_satisfies_the_embedder_protocol_with_unit_rows(built: tuple[FastTier, Path]) -> None:
@@ -98,8 +110,8 @@ def test_cache_is_keyed_by_the_model_sha256(built: tuple[FastTier, Path]) -> Non
     directory = cache / "fast-tier" / tier.model_sha256
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest["model_sha256"] == tier.model_sha256
-    assert _load(directory, tier.model_sha256) is not None
-    assert _load(directory, "0" * 64) is None
+    assert _load(directory, tier.model_sha256, None) is not None
+    assert _load(directory, "0" * 64, None) is None
 
 
 def _corrupt_copy(cache: Path, sha: str, into: Path, victim: str) -> Path:
@@ -117,7 +129,7 @@ def test_a_corrupt_learned_file_is_never_trusted(
 ) -> None:
     tier, cache = built
     directory = _corrupt_copy(cache, tier.model_sha256, tmp_path, victim)
-    saved = _load(directory, tier.model_sha256)
+    saved = _load(directory, tier.model_sha256, None)
     assert saved is not None
     np.testing.assert_array_equal(saved[0], tier._distilled)  # the distilled table is kept
     assert saved[1] is None
@@ -129,7 +141,7 @@ def test_a_corrupt_distilled_table_or_manifest_is_never_trusted(
 ) -> None:
     tier, cache = built
     directory = _corrupt_copy(cache, tier.model_sha256, tmp_path, victim)
-    assert _load(directory, tier.model_sha256) is None
+    assert _load(directory, tier.model_sha256, None) is None
 
 
 def test_corrupt_learned_files_are_refitted_to_the_same_tier_without_distilling(
@@ -143,7 +155,7 @@ def test_corrupt_learned_files_are_refitted_to_the_same_tier_without_distilling(
         refitted = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
     np.testing.assert_allclose(refitted._table, tier._table, atol=1e-6)
     assert refitted.learned_texts == tier.learned_texts
-    saved = _load(directory, tier.model_sha256)
+    saved = _load(directory, tier.model_sha256, None)
     assert saved is not None
     assert saved[1] is not None  # written again, whole
 

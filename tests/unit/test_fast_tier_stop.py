@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from toolroute.providers._embedders.fast_tier import tier as _fast_tier
 from toolroute.providers._embedders.fast_tier.tier import FastTier, FastTierStopped
 from toolroute.providers._embedders.minilm import default_embedder
 
 
-def test_a_build_asked_to_stop_stops_before_the_next_batch(tmp_path: Path) -> None:
+def test_a_build_asked_to_stop_stops_before_the_next_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     embedder = default_embedder()
+    monkeypatch.setattr(_fast_tier, "shipped_table", lambda _embedder, **_: None)  # distil it
     asked: list[int] = []
 
     def should_stop() -> bool:

@@ -1,4 +1,4 @@
-"""Ridge fit of static token rows from sufficient statistics (providers/_ridge.py)."""
+"""Ridge fit of static token rows from sufficient statistics (providers/_embedders/fast_tier/ridge.py)."""
 
 from __future__ import annotations
 

@@ -1,58 +1,65 @@
 """The fast tier: a request's vector as the mean of static token rows, in MiniLM's space.
 
 Each token of the vendored BERT vocabulary gets one 384-d row. The rows start from the
-*distilled* table (every token id run through the bundled MiniLM on its own: ~15-25 s on two
-cores, once per model), mapped linearly into the full model's space (``SpaceMap``), and are
+*distilled* table (every token id run through the bundled MiniLM on its own), mapped linearly
+into the full model's space (``SpaceMap``), and are
 then *learned*: ridge least squares (``_ridge``) fits them so that the mean of a text's
 rows matches the full model's sentence vector for that text. A
 request's fast vector therefore lives in the full model's space and is scored against the
 full tier's **tool** vectors: no second tool matrix. Embedding one request is a tokeniser call
 and a mean of at most 128 rows (~0.1 ms).
 
-The initial fit uses the catalogue's tool texts; every request the full tier answers is a
-free training pair (``learn``), and ``refit`` solves again from the running statistics. The
-table and the statistics (never texts) persist in ``cache_dir/fast-tier/<model sha256>/``,
-each file checked against the sha256 recorded in ``manifest.json``; a missing, corrupt or
-mismatched file is rebuilt from the installed model. Nothing here uses the network.
+The distilled table is a pure function of the model, so the bundled model's ships with the
+package (``fast_tier_table.npz``: int8 rows with one float32 scale each, 11.7 MB, 10.3 MB in
+the wheel; fp16 would cost 21.7 MB for the same dev-split hit@5, fp32 43.5 MB). It is used
+only when its sha256 and the sha256 of the model and tokenizer it was distilled from match the
+installed ones; any other model is distilled on first use (~16 s of CPU on two cores) and
+cached.
+
+The catalogue's tool texts are learned first (and fitted at once unless ``fit_from`` says
+the tier could not answer yet); every request the full tier answers is a free training pair
+(``learn``), and ``refit`` solves again from the running statistics. The table and the
+statistics (never texts) persist in ``cache_dir/fast-tier/<model sha256>/``
+(``files.py``); a missing, corrupt or mismatched file is rebuilt from the installed
+model. Nothing here uses the network.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from ...._core.text import MODEL_TEXT_CHARS, bounded
-from .ridge import RidgeStats, SpaceMap, solve
+from .files import Learned, SourceModel, load, save, shipped_table
+from .ridge import RidgeStats, SpaceMap, Stopped, solve
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-    from ..minilm import MiniLMEmbedder
-
 F32 = npt.NDArray[np.float32]
 
-#: Bump when the files' meaning changes: old caches are then rebuilt, not misread.
-FORMAT: Final = 2
 #: Pull of the fit towards the distilled rows; chosen on the dev splits (0.01 vs 0.001).
 DEFAULT_RIDGE: Final = 0.01
 #: Ridge of the linear map into the full model's space; chosen on the dev splits (1e-5..1e-3).
 MAP_RIDGE: Final = 1e-3
 _MAX_TOKENS: Final = 128
 _CLS, _SEP = 101, 102
+# Tool texts learned between two ``should_stop`` calls (~50 ms of work at full speed; each
+# slice also pays one small BLAS product, so not fewer texts).
+_LEARN_SLICE: Final = 512
 # Token ids run through the model per forward pass while distilling.
 _DISTIL_BATCH: Final = 512
 
 
-class FastTierStopped(Exception):
-    """``FastTier.open`` stopped between distillation batches because ``should_stop`` said so."""
+class FastTierStopped(Stopped):
+    """A build or fit stopped between two steps because ``should_stop`` said so."""
 
 
 class FastTier:
@@ -64,7 +71,8 @@ class FastTier:
     **Threads:** ``embed`` may run in any thread while ``learn`` and ``refit`` run in another:
     the table is swapped whole, never mutated in place. Run ``open``, ``learn``, ``refit``
     and ``save`` in a worker thread (``trio.to_thread.run_sync``): they take from
-    milliseconds (``learn``) to tens of seconds (a first ``open``).
+    milliseconds (``learn``) to about two seconds of CPU (a first fit on BFCL's 1,702
+    tools), or tens of seconds for a model the package ships no table for (distilled).
     """
 
     dim: int
@@ -83,9 +91,11 @@ class FastTier:
         ridge: float = DEFAULT_RIDGE,
         tool_digests: set[bytes] | None = None,
         space: SpaceMap | None = None,
+        shipped: bool = False,
     ) -> None:
         self._tokenizer = tokenizer
         self._distilled = distilled
+        self._shipped = shipped  # the distilled table is the package's: the cache needs no copy
         self._stats = stats
         self._table = table
         self._fit_lock = threading.Lock()
@@ -101,7 +111,7 @@ class FastTier:
     @classmethod
     def open(
         cls,
-        embedder: MiniLMEmbedder,
+        embedder: SourceModel,
         *,
         cache_dir: str | os.PathLike[str] | None,
         tool_texts: Sequence[str] = (),
@@ -109,6 +119,7 @@ class FastTier:
         ridge: float = DEFAULT_RIDGE,
         max_pairs: int = 4_000_000,
         should_stop: Callable[[], bool] | None = None,
+        fit_from: int = 0,
     ) -> FastTier:
         """The fast tier of ``embedder``'s model: loaded from ``cache_dir`` or built.
 
@@ -120,8 +131,14 @@ class FastTier:
             tool_vectors: the full model's vectors of ``tool_texts`` (embedded when omitted).
             ridge: the fit's pull towards the distilled rows.
             max_pairs: bound of the co-occurrence statistics (see ``RidgeStats``).
-            should_stop: asked between distillation batches (from the worker thread); true
-                stops the build, so a shutting-down engine does not wait for it.
+            should_stop: asked between distillation batches and fitting steps (from the
+                worker thread); true stops the build, so a shutting-down engine does not
+                wait for it.
+            fit_from: fit new tool texts at once only if the tier has served at least this
+                many requests; otherwise they are learned and wait for the next ``refit``
+                (and nothing is saved until then). An engine that answers from the tier
+                only past ``min_served`` requests passes it here: a fit on fewer would
+                never answer a request (BFCL: ~2 s of CPU a first engine no longer spends).
 
         Raises:
             EmbedderError: the model failed while distilling.
@@ -136,8 +153,17 @@ class FastTier:
         tokenizer.enable_truncation(_MAX_TOKENS)
         sha = embedder.model_sha256
         directory = Path(cache_dir) / "fast-tier" / sha if cache_dir is not None else None
-        saved = _load(directory, sha) if directory is not None else None
-        distilled = saved[0] if saved is not None else distil(embedder, should_stop=should_stop)
+        try:
+            shipped = shipped_table(embedder, should_stop=should_stop)
+        except Stopped as exc:
+            raise FastTierStopped(str(exc)) from None
+        saved = _load(directory, sha, shipped) if directory is not None else None
+        if saved is not None:
+            distilled = saved[0]
+        elif shipped is not None:
+            distilled = shipped
+        else:
+            distilled = distil(embedder, should_stop=should_stop)
         learned = saved[1] if saved is not None else None
         if learned is not None:
             stats, table, known, space = learned
@@ -148,7 +174,7 @@ class FastTier:
             table, known, space = distilled, set(), SpaceMap(int(distilled.shape[1]))
         tier = cls(
             tokenizer, distilled, stats, table, model_sha256=sha, directory=directory,
-            ridge=ridge, tool_digests=known, space=space,
+            ridge=ridge, tool_digests=known, space=space, shipped=distilled is shipped,
         )  # fmt: skip
         new = tier.unlearned_tools(tool_texts)
         if new:
@@ -157,8 +183,10 @@ class FastTier:
                 vectors = embedder.embed(texts)
             else:
                 vectors = np.asarray(tool_vectors, dtype=np.float32)[new]
-            tier.learn_tools(texts, vectors)
-            tier.refit()
+            tier.learn_tools(texts, vectors, should_stop=should_stop)
+            if tier.served_texts < fit_from:
+                return tier  # learned, not fitted: the first refit on traffic fits them
+            tier.refit(should_stop=should_stop)
         if learned is None or new:
             tier.save()
         return tier
@@ -167,12 +195,16 @@ class FastTier:
         """Positions of the tool texts the statistics do not hold yet."""
         return [i for i, text in enumerate(texts) if _text_digest(text) not in self._tool_digests]
 
-    def learn_tools(self, texts: Sequence[str], vectors: F32) -> None:
+    def learn_tools(
+        self, texts: Sequence[str], vectors: F32, *, should_stop: Callable[[], bool] | None = None
+    ) -> None:
         """``learn`` for catalogue texts: each distinct tool text counts once, across restarts
         (the cache keeps their sha256, not the texts), so reopening never double-counts.
 
         Raises:
             ValueError: ``vectors`` is not one finite row of width ``dim`` per text.
+            FastTierStopped: ``should_stop`` said so (asked between slices of texts); the
+                texts learned so far stay learned.
         """
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.shape[0] != len(texts):
@@ -180,9 +212,14 @@ class FastTier:
         fresh: dict[bytes, int] = {}
         for i in self.unlearned_tools(texts):
             fresh.setdefault(_text_digest(texts[i]), i)
-        rows = list(fresh.values())
-        self.learn([texts[i] for i in rows], vectors[rows])
-        self._tool_digests.update(fresh)
+        digests = list(fresh)
+        for first in range(0, len(digests), _LEARN_SLICE):
+            if should_stop is not None and should_stop():
+                raise FastTierStopped("the fast tier's build was stopped")
+            part = digests[first : first + _LEARN_SLICE]
+            rows = [fresh[digest] for digest in part]
+            self.learn([texts[i] for i in rows], vectors[rows])
+            self._tool_digests.update(part)
 
     @property
     def learned_texts(self) -> int:
@@ -231,21 +268,30 @@ class FastTier:
         if features is not None:
             self._space.add(features, targets)
 
-    def refit(self, *, iterations: int = 20) -> None:
+    def refit(
+        self, *, iterations: int = 20, should_stop: Callable[[], bool] | None = None
+    ) -> None:
         """Solve the ridge fit from the statistics and swap in the new table.
 
-        **Cancellation:** none inside; run it in a worker thread and abandon the result if
-        the caller is gone (the old table keeps serving until the swap).
+        Raises:
+            FastTierStopped: ``should_stop`` said so; the old table keeps serving.
+
+        **Cancellation:** ``should_stop`` is asked between the fit's steps (each well under
+        0.1 s on BFCL's catalogue), so a shutting-down engine waits for one step at most.
         """
         with self._fit_lock:
-            start = self._space.apply(self._distilled, MAP_RIDGE)
-            tokens, rows = solve(
-                self._stats.snapshot(),
-                start,
-                vocab_size=int(self._distilled.shape[0]),
-                ridge=self.ridge,
-                iterations=iterations,
-            )
+            try:
+                start = self._space.apply(self._distilled, MAP_RIDGE, should_stop=should_stop)
+                tokens, rows = solve(
+                    self._stats.system(),
+                    start,
+                    vocab_size=int(self._distilled.shape[0]),
+                    ridge=self.ridge,
+                    iterations=iterations,
+                    should_stop=should_stop,
+                )
+            except Stopped as exc:
+                raise FastTierStopped(str(exc)) from None
             table = start.copy()
             table[tokens] = rows
             table.setflags(write=False)
@@ -260,7 +306,6 @@ class FastTier:
             return
         keys, values, tokens, rows, texts = self._stats.snapshot()
         files: dict[str, npt.NDArray[np.generic]] = {
-            "distilled.npy": self._distilled,
             "keys.npy": keys,
             "values.npy": values,
             "tokens.npy": tokens,
@@ -272,13 +317,15 @@ class FastTier:
             .reshape(-1, 32)
             .copy(),
         }
+        if not self._shipped:
+            files["distilled.npy"] = self._distilled
         try:
-            _save(self.directory, self.model_sha256, files, texts)
+            save(self.directory, self.model_sha256, files, texts, shipped=self._shipped)
         except OSError:
             return
 
 
-def distil(embedder: MiniLMEmbedder, *, should_stop: Callable[[], bool] | None = None) -> F32:
+def distil(embedder: SourceModel, *, should_stop: Callable[[], bool] | None = None) -> F32:
     """Every vocabulary token on its own (``[CLS] t [SEP]``) through the model: ``(V, 384)``.
 
     Raises:
@@ -297,71 +344,10 @@ def distil(embedder: MiniLMEmbedder, *, should_stop: Callable[[], bool] | None =
     return table
 
 
-def _digest(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _save(directory: Path, sha: str, files: dict[str, npt.NDArray[np.generic]], texts: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    digests = {}
-    for name, array in files.items():
-        temporary = directory / f".{name}.tmp"
-        with temporary.open("wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(temporary, directory / name)
-        digests[name] = _digest(directory / name)
-    manifest = {"format": FORMAT, "model_sha256": sha, "texts": texts, "sha256": digests}
-    temporary = directory / ".manifest.json.tmp"
-    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    os.replace(temporary, directory / "manifest.json")  # last: it vouches for the rest
-
-
 def _text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
-_Learned = tuple[RidgeStats, F32, set[bytes], SpaceMap]
-_LOAD_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError)
-
-
-def _load(directory: Path, sha: str) -> tuple[F32, _Learned | None] | None:
-    """``(distilled, learned)`` from the cache. ``None`` when the manifest or the distilled
-    table is missing, corrupt or of another model (distil again); ``learned`` is ``None``
-    when only the learned files are (fit again from the tool texts, which is quick)."""
-    try:
-        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-        if manifest.get("format") != FORMAT or manifest.get("model_sha256") != sha:
-            return None
-        digests: dict[str, str] = manifest["sha256"]
-        distilled = _checked_array(directory, "distilled.npy", digests).astype(np.float32)
-    except _LOAD_ERRORS:
-        return None
-    distilled.setflags(write=False)
-    try:
-        arrays = {name: _checked_array(directory, name, digests) for name in digests}
-        tokens = arrays["tokens.npy"].astype(np.int64)
-        stats = RidgeStats.restore(
-            int(distilled.shape[0]),
-            arrays["keys.npy"],
-            arrays["values.npy"],
-            tokens,
-            arrays["rows.npy"],
-            int(manifest["texts"]),
-        )
-        space = SpaceMap.restore(arrays["map_xtx.npy"], arrays["map_xty.npy"])
-        table = space.apply(distilled, MAP_RIDGE).copy()
-        table[tokens] = arrays["table_rows.npy"]
-        known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
-    except _LOAD_ERRORS:
-        return distilled, None
-    table.setflags(write=False)
-    return distilled, (stats, table, known, space)
-
-
-def _checked_array(directory: Path, name: str, digests: dict[str, str]) -> npt.NDArray[Any]:
-    """The array in ``name`` if its sha256 is the manifest's; ``ValueError`` otherwise."""
-    if _digest(directory / name) != digests[name]:
-        raise ValueError(f"{name} does not match its sha256")
-    array: npt.NDArray[Any] = np.load(directory / name, allow_pickle=False)
-    return array
+def _load(directory: Path, sha: str, shipped: F32 | None) -> tuple[F32, Learned | None] | None:
+    """The cache's ``(distilled, learned)`` (see ``load``), mapped with ``MAP_RIDGE``."""
+    return load(directory, sha, shipped, map_ridge=MAP_RIDGE)

@@ -181,7 +181,7 @@ class Recall:
         # A checkpoint even when nothing below awaits (keyword-only on a small catalogue):
         # the caller's cancel scope can end the call, and a loop of selects lets others run.
         await trio.lowlevel.checkpoint()
-        chosen = strategy or self.default_strategy
+        chosen = self.default_strategy if strategy is None else strategy  # "" is refused
         vector: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")
         if chosen != "keyword" and index.vectors is not None and query.strip() and self._batcher:

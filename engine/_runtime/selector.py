@@ -71,7 +71,7 @@ class SelectOptions:
                 always_active=(
                     defaults.always_active if self.always_active is None else self.always_active
                 ),
-                related=self.related or {},
+                related={} if self.related is None else self.related,
                 max_related=self.max_related,
                 tool_sets=served_sets if self.tool_sets is None else self.tool_sets,
                 forced_sets=self.forced_sets,
@@ -105,7 +105,11 @@ class Selector:
     ) -> Selection:
         started = time.perf_counter()
         snapshot = self._keeper.snapshot
-        policy = snapshot.served_policy(policy or options.policy(self._config, snapshot.tool_sets))
+        if policy is None:
+            policy = options.policy(self._config, snapshot.tool_sets)
+        elif not isinstance(policy, Policy):
+            raise ConfigError(f"policy must be a Policy or None, got {type(policy).__name__}")
+        policy = snapshot.served_policy(policy)
         index = snapshot.index
         policy.check_ids(index.catalog)
         wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from toolroute import Outcome, Server
+from toolroute import ConfigError, Outcome, Server
 from toolroute._core.decision import (
     BooleanAnswer,
     BooleanGate,
@@ -279,3 +279,53 @@ async def test_one_well_formed_answer_is_a_reply() -> None:
     assert report.result is not None
     assert dict(report.result.answers) == {"q2": BooleanAnswer(0.9)}
     assert report.reason == "1 of 3 answered"
+
+
+# --- found by the second mutation check ----------------------------------------------------
+
+
+@pytest.mark.parametrize("probabilities", [{}, [], "ab", {1: 0.5, "b": 0.5}, {"a": 1.5, "b": 0}])
+def test_a_distribution_is_a_non_empty_mapping_of_names_to_probabilities(
+    probabilities: Any,
+) -> None:
+    # A custom decider builds answers itself: a malformed one must not pass as well-formed.
+    with pytest.raises(ValueError, match="probabilities"):
+        ChoiceAnswer("a", probabilities, 0.9)
+    with pytest.raises(ValueError, match="probabilities"):
+        ScoreAnswer(1.0, {"0": "low", "1": "high"}, probabilities, 0.9)
+
+
+@pytest.mark.parametrize("key", ["", 1, None])
+def test_question_ids_are_non_empty_strings(key: Any) -> None:
+    with pytest.raises(ConfigError, match="question ids must be non-empty strings"):
+        DecisionRequest(state="s", questions={key: BooleanQuestion("Is it?")})
+
+
+def fast_path_servers(tools_each: int, count: int) -> list[Server]:
+    return [
+        Server(f"s{i}", f"Server {i}", tuple(f"s{i}_t{j}" for j in range(tools_each)))
+        for i in range(count)
+    ]
+
+
+async def test_the_fast_path_runs_from_exactly_its_minimum_of_tools() -> None:
+    config = RoutingConfig(embedding=True, embedding_top_k=3, embedding_min_tools=10)
+    decider = ScriptedDecider({}, default=0.9)
+    result = await route_servers(
+        "s0 tool", fast_path_servers(5, 2), decider=decider, embedder=HashingEmbedder(64),
+        config=config,
+    )  # fmt: skip
+    assert result.strategy == "embedding"  # 10 tools: exactly the minimum
+    assert decider.requests == []
+
+
+async def test_the_fast_path_is_skipped_when_top_k_would_keep_every_tool() -> None:
+    # 10 tools and top-k 10: the fast path could drop nothing, so the decision router judges.
+    config = RoutingConfig(embedding=True, embedding_top_k=10, embedding_min_tools=10)
+    decider = ScriptedDecider({}, default=0.9)
+    result = await route_servers(
+        "s0 tool", fast_path_servers(5, 2), decider=decider, embedder=HashingEmbedder(64),
+        config=config,
+    )  # fmt: skip
+    assert result.strategy == "decision"
+    assert "embedding" not in result.reason

@@ -19,14 +19,17 @@ from toolroute._core.decision import (
     BooleanGate,
     BooleanQuestion,
     ChoiceAnswer,
+    ChoiceQuestion,
     DecisionRequest,
     DecisionResult,
     ScoreAnswer,
+    ScoreQuestion,
     gate_boolean,
     is_probability,
     split_questions,
 )
 from toolroute._core.decision_limits import DecisionLimits, check_request
+from toolroute._core.decision_wire import MalformedAnswer, Misaligned, read_answer, read_answers
 from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute._core.policy import Policy, select
 from toolroute._core.selection import Ranking
@@ -329,3 +332,42 @@ async def test_the_fast_path_is_skipped_when_top_k_would_keep_every_tool() -> No
     )  # fmt: skip
     assert result.strategy == "decision"
     assert "embedding" not in result.reason
+
+
+# An answer of one question's type never reads as another's, even when its fields would fit.
+CHOICE = {"type": "choice", "choice": "a", "probabilities": {"a": 0.9, "b": 0.1}}
+SCORE = {"type": "score", "score": 1.0, "legend": {"0": "low", "1": "high"},
+         "probabilities": {"0": 0.1, "1": 0.9}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("raw", "question"),
+    [
+        ({**SCORE, "probability": 0.05}, BooleanQuestion("Is it?")),
+        ({**CHOICE, "probability": 0.05}, BooleanQuestion("Is it?")),
+        ({**SCORE, **CHOICE, "type": "score"}, ChoiceQuestion("Which?", {"a": None, "b": None})),
+        ({**CHOICE, **SCORE, "type": "choice"}, ScoreQuestion("How much?", ["low", "high"])),
+    ],
+)
+def test_an_answer_of_another_type_is_malformed(raw: dict[str, Any], question: Any) -> None:
+    with pytest.raises(MalformedAnswer, match="expected a"):
+        read_answer(raw, question)
+
+
+@pytest.mark.parametrize(("kind", "question"), [
+    ("boolean", BooleanQuestion("Is it?")),
+    ("choice", ChoiceQuestion("Which?", {"a": None, "b": None})),
+    ("score", ScoreQuestion("How much?", ["low", "high"])),
+])  # fmt: skip
+def test_an_answer_of_the_questions_type_reads(kind: str, question: Any) -> None:
+    raw = {"boolean": {"type": "boolean", "probability": 0.05}, "choice": CHOICE, "score": SCORE}
+    assert read_answer(raw[kind], question) is not None
+
+
+@pytest.mark.parametrize(("strays", "ellipsis"), [(5, False), (6, True)])
+def test_a_misaligned_reply_names_at_most_five_stray_ids(strays: int, ellipsis: bool) -> None:
+    raw = {f"x{i}": {"type": "boolean", "probability": 0.5} for i in range(strays)}
+    with pytest.raises(Misaligned) as caught:
+        read_answers(raw, {"q": BooleanQuestion("Is it?")}, vendor="v")
+    assert str(caught.value).startswith(f"{strays} answers under ids that were not asked")
+    assert str(caught.value).endswith(" …") is ellipsis

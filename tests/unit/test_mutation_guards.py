@@ -30,6 +30,7 @@ from toolroute._core.decision import (
 )
 from toolroute._core.decision_limits import DecisionLimits, check_request
 from toolroute._core.decision_wire import MalformedAnswer, Misaligned, read_answer, read_answers
+from toolroute._core.dedup import dedupe_tools
 from toolroute._core.errors import DecisionError, DecisionErrorKind
 from toolroute._core.policy import Policy, select
 from toolroute._core.selection import Ranking
@@ -371,3 +372,10 @@ def test_a_misaligned_reply_names_at_most_five_stray_ids(strays: int, ellipsis: 
         read_answers(raw, {"q": BooleanQuestion("Is it?")}, vendor="v")
     assert str(caught.value).startswith(f"{strays} answers under ids that were not asked")
     assert str(caught.value).endswith(" …") is ellipsis
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_an_unknown_dedup_mode_is_the_callers_mistake_not_a_fail_open(enabled: bool) -> None:
+    tools = [{"name": "a", "description": "Send mail"}, {"name": "b", "description": "Send mail"}]
+    with pytest.raises(ConfigError, match="dedup mode must be one of"):
+        dedupe_tools(tools, enabled=enabled, mode="sematic")  # type: ignore[arg-type]

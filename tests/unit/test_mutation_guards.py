@@ -379,3 +379,8 @@ def test_an_unknown_dedup_mode_is_the_callers_mistake_not_a_fail_open(enabled: b
     tools = [{"name": "a", "description": "Send mail"}, {"name": "b", "description": "Send mail"}]
     with pytest.raises(ConfigError, match="dedup mode must be one of"):
         dedupe_tools(tools, enabled=enabled, mode="sematic")  # type: ignore[arg-type]
+
+
+def test_no_related_tools_is_none_or_an_empty_mapping() -> None:
+    assert Policy(related=None).related == {}  # type: ignore[arg-type]
+    assert Policy(related={}).related == {}

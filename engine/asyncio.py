@@ -54,31 +54,70 @@ __all__ = ["AsyncioEngine", "decide", "open_engine", "route_servers", "try_decid
 T = TypeVar("T")
 P = ParamSpec("P")
 
+#: Each loop's guest run, from its start until it has ended (trio allows one run per thread,
+#: so a loop's next guest run starts only once the one before it has ended).
 _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GuestRun] = (
     weakref.WeakKeyDictionary()
 )
 
 
+def _retrieved(future: asyncio.Future[None]) -> None:
+    # Every waiter gets the run's error; this only keeps asyncio from logging it again as
+    # "never retrieved" when the waiters had gone (cancelled) before it came.
+    if not future.cancelled():
+        future.exception()
+
+
 class _GuestRun:
-    """One trio guest run on one asyncio loop, and the nursery its jobs run in."""
+    """One trio guest run on one asyncio loop, and the nursery its jobs run in.
+
+    Its users are counted from the moment they ask for it, before it has started, so a user
+    that gives up while it starts cannot stop it under another one waiting for the same start.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.users = 0
+        #: Set once the last user has left: the run is ending and takes no new users.
+        self.stopping = False
         self._nursery: trio.Nursery | None = None
         self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
         self._started: asyncio.Future[None] = loop.create_future()
         self._done: asyncio.Future[None] = loop.create_future()
-        self._stop: trio.Event | None = None
+        self._started.add_done_callback(_retrieved)
+        self._done.add_done_callback(_retrieved)
 
-    def start(self) -> Awaitable[None]:
+    def start(self) -> None:
         trio.lowlevel.start_guest_run(
             self._main,
             run_sync_soon_threadsafe=self.loop.call_soon_threadsafe,
             done_callback=self._finished,
             host_uses_signal_set_wakeup_fd=True,
         )
-        return self._started
+
+    async def wait_started(self) -> None:
+        """Until the run takes jobs; raises the run's error if it ended before that."""
+        # Shielded: the future is shared by every user waiting for this start.
+        await asyncio.shield(self._started)
+
+    async def wait_finished(self) -> None:
+        """Until the run has ended; raises the run's error if it failed."""
+        await asyncio.shield(self._done)
+
+    async def wait_ended(self) -> None:
+        """Until the run has ended, whatever its result (that is its last user's to see)."""
+        await asyncio.wait([self._done])
+
+    def request_stop(self) -> None:
+        """End the run once its jobs are cancelled; idempotent, and valid before it started."""
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._token is not None and self._stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._stop.set)
+        # Otherwise ``_main`` has not run yet and reads ``stopping`` when it does.
 
     async def _main(self) -> None:
         self._stop = trio.Event()
@@ -86,14 +125,22 @@ class _GuestRun:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._started.set_result(None)
-            await self._stop.wait()
+            if not self.stopping:  # every user may have left while the run was starting
+                await self._stop.wait()
             nursery.cancel_scope.cancel("asyncio host closed the last engine")
 
     def _finished(self, result: outcome.Outcome[None]) -> None:
+        if _hosts.get(self.loop) is self:
+            del _hosts[self.loop]
+        error = result.error if isinstance(result, outcome.Error) else None
+        if not self._started.done():
+            self._started.set_exception(
+                error or RuntimeError("the trio guest run ended before it started")
+            )
         if self._done.done():
             return
-        if isinstance(result, outcome.Error):
-            self._done.set_exception(result.error)
+        if error is not None:
+            self._done.set_exception(error)
         else:
             self._done.set_result(None)
 
@@ -128,11 +175,6 @@ class _GuestRun:
             self._token.run_sync_soon(scope.cancel)
             raise
 
-    async def stop(self) -> None:
-        if self._token is not None and self._stop is not None:
-            self._token.run_sync_soon(self._stop.set)
-        await self._done
-
     @contextlib.asynccontextmanager
     async def entered(
         self, manager: Callable[[], AbstractAsyncContextManager[T]]
@@ -163,20 +205,48 @@ class _GuestRun:
 
 @contextlib.asynccontextmanager
 async def _guest() -> AsyncIterator[_GuestRun]:
-    """The running loop's guest run, started for this block if it has none yet."""
-    loop = asyncio.get_running_loop()
-    host = _hosts.get(loop)
-    if host is None:
-        host = _hosts[loop] = _GuestRun(loop)
-        await host.start()
-    host.users += 1
+    """The running loop's guest run, started for this block if it has none yet.
+
+    Concurrent first uses share one start; a block that begins while the last user's close
+    is stopping the run waits for that run to end, then starts a fresh one.
+    """
+    host = await _join(asyncio.get_running_loop())
     try:
         yield host
     finally:
-        host.users -= 1
-        if host.users == 0:
-            del _hosts[loop]
-            await host.stop()
+        if _leave(host):
+            await host.wait_finished()
+
+
+async def _join(loop: asyncio.AbstractEventLoop) -> _GuestRun:
+    while True:
+        host = _hosts.get(loop)
+        if host is None:
+            host = _hosts[loop] = _GuestRun(loop)
+            try:
+                host.start()
+            except BaseException:
+                del _hosts[loop]
+                raise
+        if host.stopping:
+            await host.wait_ended()  # it leaves ``_hosts`` as it ends
+            continue
+        host.users += 1  # counted before the start is awaited: see ``_GuestRun``
+        try:
+            await host.wait_started()
+        except BaseException:
+            _leave(host)
+            raise
+        return host
+
+
+def _leave(host: _GuestRun) -> bool:
+    """Count one user out; ``True`` when it was the last, and the run is now stopping."""
+    host.users -= 1
+    if host.users > 0:
+        return False
+    host.request_stop()
+    return True
 
 
 def _asyncio_error(exc: BaseException) -> BaseException:

@@ -90,8 +90,8 @@ async def open_engine(
     every tool is served.
 
     Raises:
-        ConfigError: a tool set is malformed or names a tool not in ``catalog``,
-            ``embedding`` dedup is asked of a keyword-only engine, or the environment
+        ConfigError: ``config`` is not an ``EngineConfig``, a tool set is malformed or
+            names a tool not in ``catalog``, ``embedding`` dedup is asked of a keyword-only engine, or the environment
             configures a decision provider badly (an http base URL off loopback, say).
         EngineCrashed: a service of the engine failed past its restart budget, or failed
             in a way it cannot recover from (``__cause__`` holds the group of failures).
@@ -108,7 +108,10 @@ async def open_engine(
     in worker threads so that none outlives the block, and closes the connections of a
     decider the engine made itself.
     """
-    config = config or EngineConfig()
+    if config is None:
+        config = EngineConfig()
+    elif not isinstance(config, EngineConfig):
+        raise ConfigError(f"config must be an EngineConfig or None, got {type(config).__name__}")
     tool_sets = checked_sets(tool_sets, catalog)
     if config.dedup.enabled and config.dedup.mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder; this engine has none')

@@ -161,7 +161,8 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** a subscriber that falls behind loses events instead of slowing the
         engine (``publish`` never blocks); its next delivery says how many it lost.
         """
-        return self._hub.subscribe(buffer=buffer or self.config.events.buffer)
+        # ``is None``, not ``or``: a buffer of 0 is the caller's mistake, refused by the hub.
+        return self._hub.subscribe(buffer=self.config.events.buffer if buffer is None else buffer)
 
     async def select(
         self,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 
 from .._core.config import EngineConfig
+from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, SelectionFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.recall.index import RecallIndex
@@ -74,7 +75,7 @@ class SelectOptions:
             always_active=(
                 defaults.always_active if self.always_active is None else self.always_active
             ),
-            related=self.related,
+            related={} if self.related is None else self.related,
             max_related=self.max_related,
             tool_sets=served_sets if self.tool_sets is None else self.tool_sets,
             forced_sets=self.forced_sets,
@@ -110,11 +111,16 @@ class Selector:
     ) -> Selection:
         started = time.perf_counter()
         snapshot = self._keeper.snapshot
+        if policy is None:
+            policy = options.policy(self._config, snapshot.tool_sets)
+        elif not isinstance(policy, Policy):
+            raise ConfigError(f"policy must be a Policy or None, got {type(policy).__name__}")
+        policy = snapshot.served_policy(policy)
         index = snapshot.index
         plan = plan_select(
             query,
             chosen_strategy(strategy, has_embedder=self._recall.has_embedder, strict=False),
-            snapshot.served_policy(policy or options.policy(self._config, snapshot.tool_sets)),
+            policy,
             index.catalog,
             catalogue_size=len(index.catalog),
             can_rerank=self._generator is not None and self._config.rerank.enabled,

@@ -151,6 +151,11 @@ def _questions(value: Mapping[str, Question]) -> dict[str, Question]:
     return questions
 
 
+# Not ``""``: providers read ``request.model or <their default>``, so an empty name would
+# silently become the default model.
+_model = rule(
+    lambda v: v is None or (isinstance(v, str) and bool(v.strip())), "a non-empty string or None"
+)
 _timeout = rule(lambda v: v is None or (is_number(v) and v > 0), "a positive number of seconds")
 
 
@@ -171,7 +176,7 @@ class DecisionRequest:
     questions: Mapping[str, Question] = attrs.field(converter=_questions)
     images: tuple[Media, ...] = attrs.field(default=(), converter=tuple)
     video: Media | None = None
-    model: str | None = None
+    model: str | None = attrs.field(default=None, validator=_model)
     timeout_s: float | None = attrs.field(default=None, validator=_timeout)
 
     def with_questions(self, questions: Mapping[str, Question]) -> DecisionRequest:

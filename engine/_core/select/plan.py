@@ -230,7 +230,7 @@ def policy_from_options(
             threshold=threshold,
             adaptive=adaptive,
             always_active=always_active,
-            related=related or {},
+            related={} if related is None else related,
             max_related=max_related,
             tool_sets=tool_sets,
             forced_sets=forced_sets,

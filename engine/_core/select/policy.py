@@ -19,9 +19,9 @@ MIN_ADAPTIVE = 2
 
 
 def _related_map(value: Mapping[str, Sequence[str]] | None) -> Mapping[str, tuple[str, ...]]:
-    if not value:
+    if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if not isinstance(value, Mapping):  # [] and "" too: only None means "no related tools"
         raise ConfigError(
             f"related must map a tool id to a list of tool ids, got {type(value).__name__}"
         )

@@ -17,6 +17,11 @@ TOKEN_SAFETY_MARGIN = 0.05
 #: Length assumed for a state that cannot be serialised (it is refused as oversized).
 OVERSIZED_VALUE_FALLBACK_CHARS = 1_000_000
 
+#: Connections in a remote provider's HTTP pool; the stateless decision actor admits as many
+#: batches per provider, so a request never waits inside the pool (where nothing knows its
+#: deadline, and the pool's queue costs work on the event loop for every waiting request).
+PROVIDER_CONNECTIONS = 100
+
 _SYMBOLS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 

@@ -1,7 +1,7 @@
 """The trio runtime's entry point: ``open_engine`` starts the engine's services in one
 nursery and hands out the ``Engine`` facade.
 
-The catalogue keeper's warm-up and the query batcher run supervised (restarted on a crash,
+The catalogue keeper's warm-up, the query batcher and the decision actor run supervised (restarted on a crash,
 within ``config.restarts``); the other services answer calls in the caller's task.
 """
 
@@ -128,7 +128,7 @@ async def open_engine(
         if failure:
             hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
         async with trio.open_nursery() as nursery:
-            engine, keeper, recall = _assemble(
+            engine, keeper, recall, decisions = _assemble(
                 catalog,
                 dedup,
                 tool_sets,
@@ -146,6 +146,9 @@ async def open_engine(
                     run_supervised, "query batcher", batcher.run, config.restarts, hub.publish
                 )
             await nursery.start(run_supervised, "warm-up", keeper.run, config.restarts, hub.publish)
+            await nursery.start(
+                run_supervised, "decision actor", decisions.actor.run, config.restarts, hub.publish
+            )
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
                 nursery.start_soon(
@@ -190,9 +193,9 @@ def _assemble(
     stores: EngineStores,
     hub: EventHub,
     workers: WorkerCalls,
-) -> tuple[Engine, CatalogKeeper, Recall]:
+) -> tuple[Engine, CatalogKeeper, Recall, DecisionService]:
     """The engine's services wired to each other (nothing runs yet): the facade, and the
-    two services ``open_engine`` runs supervised."""
+    services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
     key = new_query_key()  # queries appear in events only as an HMAC
     first = Snapshot.build(
@@ -255,7 +258,7 @@ def _assemble(
         router=router,
         recall=recall,
     )
-    return engine, keeper, recall
+    return engine, keeper, recall, decisions
 
 
 def _fast_tier_service(

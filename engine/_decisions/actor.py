@@ -281,6 +281,8 @@ class _State:
     def _answer(self, job: _Job, *, late: bool = False, dropped: str = "") -> None:
         """Answer ``job`` once with what it has; whatever of it still runs is cancelled."""
         job.answered = True
+        # A batch cut off by the deadline may report before the job's own timer does.
+        late = late or trio.current_time() >= job.order.deadline
         job.timer.cancel()
         self._admission(job).close(job.ticket)
         for scope in job.scopes.values():

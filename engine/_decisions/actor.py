@@ -3,8 +3,8 @@
 Callers send a :class:`Decide` job (the batches of one call, its window, its deadline and a
 one-shot reply channel) and wait for the reply under their own cancel scope. The actor never
 awaits I/O in its loop: every batch runs as a child in the actor's nursery, under the job's
-deadline, and reports back as a message; so does each job's deadline timer. What to start
-next is :class:`~.admission.Admission`'s pure bookkeeping.
+deadline, and reports back as a message; so does the actor's one alarm, set for the earliest
+deadline. What to start next is :class:`~.admission.Admission`'s pure bookkeeping.
 
 **Channel ends.** The handle (:class:`DecisionActor`) owns the send end of the inbox that
 callers use; the running actor owns the receive end and a clone of the send end for its own
@@ -21,6 +21,8 @@ came back in time; a job still queued is dropped without starting.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeAlias
@@ -90,9 +92,10 @@ class BatchEnded:
 
 @attrs.frozen(eq=False)
 class Expire:
-    """A job's deadline timer fired."""
+    """The actor's alarm rang: answer every job whose deadline has passed, then set
+    ``handled`` (the alarm is set again for the next deadline only then)."""
 
-    job: _Job
+    handled: trio.Event
 
 
 Message: TypeAlias = "Decide | BatchEnded | Expire"
@@ -105,7 +108,7 @@ class _Job:
     order: Decide
     ticket: Ticket[_Job]
     outcomes: list[BatchOutcome]
-    timer: trio.CancelScope
+    number: int
     scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     answered: bool = False
 
@@ -187,6 +190,7 @@ async def run_decision_actor(
     """
     async with trio.open_nursery() as nursery:
         state = _State(slots, nursery, internal)
+        nursery.start_soon(_ring, state, internal)
         try:
             task_status.started()
             while True:
@@ -200,19 +204,29 @@ async def run_decision_actor(
 
 @attrs.define(eq=False)
 class _State:
-    """Everything the actor owns, changed only by its loop."""
+    """Everything the actor owns, changed only by its loop.
+
+    Deadlines are kept in one heap with one alarm (a cancel scope whose deadline is the
+    earliest), not a timer task per job: at 200-way, the moment the deadline passes is the
+    moment the loop is busiest, and one wake-up answers every job that is due.
+    """
 
     slots: int
     nursery: trio.Nursery
     internal: trio.MemorySendChannel[Message]
     admissions: dict[int, Admission[_Job]] = attrs.field(factory=dict)
     jobs: set[_Job] = attrs.field(factory=set)
+    deadlines: list[tuple[float, int]] = attrs.field(factory=list)
+    #: Jobs with a deadline not answered yet, by number (heap entries of others are stale).
+    timed: dict[int, _Job] = attrs.field(factory=dict)
+    alarm: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    numbers: itertools.count[int] = attrs.field(factory=itertools.count)
 
     def apply(self, message: Message) -> None:
-        """One message: update the job it concerns, then start what its provider can."""
+        """One message: update the jobs it concerns, then start what their providers can."""
         match message:
             case Decide():
-                job = self._accept(message)
+                self._advance(self._accept(message))
             case BatchEnded(job=job, index=index, outcome=outcome):
                 job.scopes.pop(index, None)
                 if not job.answered:
@@ -220,18 +234,32 @@ class _State:
                 self._admission(job).finish(job.ticket)
                 if not job.answered and job.ticket.finished:
                     self._answer(job)
-            case Expire(job=job):
-                if not job.answered:
+                self._advance(job)
+            case Expire(handled=handled):
+                for job in self._due(trio.current_time()):
                     self._answer(job, late=True)
-                else:
-                    return  # answered while the timer's report was on its way
-        self._advance(job)
+                    self._advance(job)
+                handled.set()
+
+    def next_deadline(self) -> float:
+        while self.deadlines and self.deadlines[0][1] not in self.timed:
+            heapq.heappop(self.deadlines)  # answered before its deadline
+        return self.deadlines[0][0] if self.deadlines else math.inf
 
     def abandon(self) -> None:
         """The actor is stopping: every caller still waiting sees ``EndOfChannel``."""
         for job in self.jobs:
             job.order.reply.close()
         self.jobs.clear()
+        self.timed.clear()
+
+    def _due(self, now: float) -> list[_Job]:
+        due: list[_Job] = []
+        while self.deadlines and self.deadlines[0][0] <= now:
+            job = self.timed.pop(heapq.heappop(self.deadlines)[1], None)
+            if job is not None and not job.answered:
+                due.append(job)
+        return due
 
     def _accept(self, order: Decide) -> _Job:
         ticket: Ticket[_Job] = Ticket(
@@ -240,7 +268,7 @@ class _State:
             window=order.window,
             deadline=order.deadline,
         )
-        job = _Job(order, ticket, [None] * len(order.requests), trio.CancelScope())
+        job = _Job(order, ticket, [None] * len(order.requests), next(self.numbers))
         ticket.job = job
         self.jobs.add(job)
         admission = self.admissions.setdefault(id(order.provider), Admission(self.slots))
@@ -249,8 +277,10 @@ class _State:
             return job
         admission.enqueue(ticket)
         if math.isfinite(order.deadline):
-            job.timer.deadline = order.deadline
-            self.nursery.start_soon(_expire, job, self.internal)
+            self.timed[job.number] = job
+            heapq.heappush(self.deadlines, (order.deadline, job.number))
+            if order.deadline < self.alarm.deadline:
+                self.alarm.deadline = order.deadline
         return job
 
     def _admission(self, job: _Job) -> Admission[_Job]:
@@ -281,9 +311,9 @@ class _State:
     def _answer(self, job: _Job, *, late: bool = False, dropped: str = "") -> None:
         """Answer ``job`` once with what it has; whatever of it still runs is cancelled."""
         job.answered = True
-        # A batch cut off by the deadline may report before the job's own timer does.
+        # A batch cut off by the deadline may report before the alarm rings.
         late = late or trio.current_time() >= job.order.deadline
-        job.timer.cancel()
+        self.timed.pop(job.number, None)
         self._admission(job).close(job.ticket)
         for scope in job.scopes.values():
             scope.cancel()
@@ -317,9 +347,13 @@ async def _run_batch(
     await internal.send(BatchEnded(job, index, outcome))
 
 
-async def _expire(job: _Job, internal: trio.MemorySendChannel[Message]) -> None:
-    """Sleep until the job's deadline (``job.timer``); the actor cancels it once it answered."""
-    with job.timer:
-        await trio.sleep_forever()
-    if not job.answered:
-        await internal.send(Expire(job))
+async def _ring(state: _State, internal: trio.MemorySendChannel[Message]) -> None:
+    """The alarm: sleeps until the earliest deadline (the actor moves it earlier as jobs
+    arrive), asks the actor to answer what is due, and waits until it has."""
+    while True:
+        state.alarm = trio.CancelScope(deadline=state.next_deadline())
+        with state.alarm:
+            await trio.sleep_forever()
+        handled = trio.Event()
+        await internal.send(Expire(handled))
+        await handled.wait()

@@ -166,6 +166,8 @@ async def decide_parts(
         for chunk in split_questions(part.questions, provider.limits.max_questions)
     ]
     deadline = trio.current_time() + deadline_s if deadline_s is not None else math.inf
+    # Whose deadline ends the job, for the reason: this call's, or the caller's own scope's.
+    named = deadline_s if deadline <= trio.current_effective_deadline() else None
     replies: list[Answered | None] = []
     if schedule == "sliding":
         replies.append(
@@ -181,7 +183,7 @@ async def decide_parts(
                     provider, group, window=window, deadline=deadline, limiter=limiter
                 )
             )
-    return _report(requests, replies, deadline_s)
+    return _report(requests, replies, named)
 
 
 def _report(
@@ -189,7 +191,8 @@ def _report(
     replies: Sequence[Answered | None],
     deadline_s: float | None,
 ) -> BatchReport:
-    """The merged report of a call's replies (one per job), as the sliding window saw it."""
+    """The merged report of a call's replies (one per job), as the sliding window saw it;
+    ``deadline_s`` is the budget to name when the deadline passed (``None``: the caller's)."""
     results: list[DecisionResult] = []
     errors: list[str] = []
     late = stopped = False

@@ -263,7 +263,7 @@ async def loop_blocked(decider: Any, servers: int, rounds: int) -> dict[str, Any
     for n in range(rounds):
         found: list[Any] = []
 
-        async def call(query: str) -> None:
+        async def call(query: str, found: list[Any] = found) -> None:
             found.append(await route_servers(query, listed, decider=decider, config=config))
 
         instrument = LongestStep()

@@ -74,6 +74,8 @@ async def _by_decision(
 ) -> _Verdict | str:
     """The decision router's verdict, or why it could not give one."""
     try:
+        # The stage's clock starts before the state is split: that work is the stage's too.
+        began = trio.current_time()
         model = getattr(decider, "model", None)
         parts = routing_parts(
             query, asked, config, decider.limits, model if isinstance(model, str) else None
@@ -84,7 +86,7 @@ async def _by_decision(
             actor=decisions.actor,
             window=decisions.window,
             limiter=decisions.limiter,
-            deadline_s=config.decision_deadline_s,
+            deadline_s=config.decision_deadline_s - (trio.current_time() - began),
         )
     except Exception as exc:  # a broken decider is "no decision", never an error
         return f"decision: error: {type(exc).__name__}: {exc}"

@@ -21,7 +21,10 @@ OVERSIZED_VALUE_FALLBACK_CHARS = 1_000_000
 #: Connections in a remote provider's HTTP pool; the stateless decision actor admits as many
 #: batches per provider, so a request never waits inside the pool (where nothing knows its
 #: deadline, and the pool's queue costs work on the event loop for every waiting request).
-PROVIDER_CONNECTIONS = 100
+#: 32, not httpx's 100: the pool's bookkeeping grows with the square of its connections on
+#: every request, and 200 concurrent routings through one decider answered more of their
+#: questions by the deadline with 32 in flight than with 64 or 100 (``docs/notes/decide.md``).
+PROVIDER_CONNECTIONS = 32
 
 _SYMBOLS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 

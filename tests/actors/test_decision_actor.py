@@ -200,8 +200,10 @@ async def test_stateless_calls_share_one_admission_as_wide_as_the_http_pool(
         for n in range(250):
             callers.start_soon(caller, n)
     assert decider.peak == PROVIDER_CONNECTIONS
-    assert len(decider.requests) == 250
-    assert max(ends) == pytest.approx(0.9)
+    # Rounds start at 0, 0.3, 0.6 and 0.9 s (the last is cut off at 1 s); the callers still
+    # queued then were never sent.
+    assert len(decider.requests) == min(250, 4 * PROVIDER_CONNECTIONS)
+    assert max(ends) <= 1.0 + 1e-9
 
 
 async def test_engine_route_servers_at_200_way_ends_by_the_deadline(

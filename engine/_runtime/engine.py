@@ -140,15 +140,16 @@ async def open_engine(
                 hub,
                 workers,
             )
+            # First: the warm-up stays the last service started before the block runs.
+            await nursery.start(
+                run_supervised, "decision actor", decisions.actor.run, config.restarts, hub.publish
+            )
             batcher = recall.batcher
             if batcher is not None:
                 await nursery.start(
                     run_supervised, "query batcher", batcher.run, config.restarts, hub.publish
                 )
             await nursery.start(run_supervised, "warm-up", keeper.run, config.restarts, hub.publish)
-            await nursery.start(
-                run_supervised, "decision actor", decisions.actor.run, config.restarts, hub.publish
-            )
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
                 nursery.start_soon(

@@ -1,14 +1,22 @@
-"""``decide`` (one strict call) and ``try_decide`` (batched, fail-open)."""
+"""``decide`` (one strict call) and ``try_decide`` (batched, fail-open), through a decision actor.
+
+Every call goes through a :class:`~.actor.DecisionActor`: the engine's, or this trio run's
+stateless one (:func:`~.shared.shared_actor`). The actor owns each provider's admission, so
+the guarantee is the same inside and outside an engine: a call waits for a provider in trio,
+under its deadline, and ends by it.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
 
+from .._core.decide.limits import check_state
 from .._core.decide.types import (
     DecisionRequest,
     DecisionResult,
@@ -19,17 +27,36 @@ from .._core.decide.types import (
 )
 from .._core.errors import DecisionError, DecisionErrorKind
 from .._core.outcome import Outcome
+from .actor import Answered, DecisionActor
+from .shared import shared_actor
 
 if TYPE_CHECKING:
     from .._core.protocols import Decider
 
 logger = logging.getLogger("toolroute.decision")
 
-#: Batches of one request in flight at once, when the caller does not share a limiter.
+#: Batches of one request in flight at once, unless the caller says otherwise.
 DEFAULT_CONCURRENCY = 4
 
 
-async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:
+def check_caller_state(request: DecisionRequest, provider: Decider) -> None:
+    """Refuse a state that is not JSON (NaN, ±inf, nested or not, a circular object).
+
+    It is the caller's mistake, so ``decide`` and ``try_decide`` alike raise it, before
+    any batch waits for admission; fail-open covers only the provider's faults.
+
+    Raises:
+        DecisionError: ``invalid_request``, saying what the state holds.
+    """
+    check_state(request.state, vendor=str(getattr(provider, "vendor", provider.name)))
+
+
+async def decide(
+    request: DecisionRequest,
+    *,
+    provider: Decider | None = None,
+    actor: DecisionActor | None = None,
+) -> DecisionResult:
     """Send ``request`` to ``provider`` as one call, strictly (``toolroute.decide``)."""
     decider = provider
     if decider is None:
@@ -39,17 +66,20 @@ async def decide(request: DecisionRequest, *, provider: Decider | None = None) -
             " LAYA_BASE_URL, XOR_API_KEY + XOR_BASE_URL, PERPLEXITY_API_KEY or"
             " CLOUDFLARE_API_KEY + CLOUDFLARE_ACCOUNT_ID, or pass provider= explicitly.",
         )
-    try:
-        return await decider.decide(request)
-    except DecisionError:
-        raise
-    except Exception as exc:
-        # A custom decider's bug must not escape as something callers do not expect.
+    check_caller_state(request, decider)
+    answered = await (actor or shared_actor()).submit(decider, [request], window=1)
+    outcome = answered.outcomes[0] if answered is not None else None
+    if isinstance(outcome, DecisionError):
+        raise outcome
+    if outcome is None:
+        reason = "the decision service stopped" if answered is None else answered.dropped
         raise DecisionError(
-            DecisionErrorKind.SERVER,
-            f"{getattr(decider, 'name', type(decider).__name__)} failed:"
-            f" {type(exc).__name__}: {exc}",
-        ) from exc
+            DecisionErrorKind.TIMEOUT,
+            f"{decider.name} was not asked: {reason or 'the deadline passed'} before the"
+            " request's turn came.",
+            retryable=True,
+        )
+    return outcome
 
 
 @attrs.frozen(kw_only=True)
@@ -83,19 +113,29 @@ async def decide_in_batches(
     request: DecisionRequest,
     provider: Decider,
     *,
+    actor: DecisionActor | None = None,
+    window: int = DEFAULT_CONCURRENCY,
     limiter: trio.CapacityLimiter | None = None,
     schedule: Literal["sliding", "grouped"] = "sliding",
     deadline_s: float | None = None,
 ) -> BatchReport:
     """Split ``request`` into the provider's batches and run them.
 
-    ``sliding`` starts the next batch as soon as any finishes (at most
-    ``limiter``'s tokens in flight, FIFO); ``grouped`` runs groups of that size
-    one after another, as NeuroLink does, and exists for comparison. A failed
-    or late batch loses only its own answers. Never raises ``DecisionError``.
+    ``sliding`` starts the next batch as soon as any finishes (at most ``window`` of this
+    request in flight, within the provider's admission); ``grouped`` runs groups of that
+    size one after another, as NeuroLink does, and exists for comparison. A ``limiter``
+    (shared across calls) is held by each batch while it runs, and its tokens are the
+    window. A failed or late batch loses only its own answers. Never raises
+    ``DecisionError``.
     """
     return await decide_parts(
-        [request], provider, limiter=limiter, schedule=schedule, deadline_s=deadline_s
+        [request],
+        provider,
+        actor=actor,
+        window=window,
+        limiter=limiter,
+        schedule=schedule,
+        deadline_s=deadline_s,
     )
 
 
@@ -103,6 +143,8 @@ async def decide_parts(
     parts: Sequence[DecisionRequest],
     provider: Decider,
     *,
+    actor: DecisionActor | None = None,
+    window: int = DEFAULT_CONCURRENCY,
     limiter: trio.CapacityLimiter | None = None,
     schedule: Literal["sliding", "grouped"] = "sliding",
     deadline_s: float | None = None,
@@ -113,58 +155,84 @@ async def decide_parts(
     provider's window (routing lists a share of the servers in each); question
     ids must be distinct across parts. Batches of every part share the sliding
     window, the deadline and the report, as :func:`decide_in_batches` runs them.
+    The deadline is ``deadline_s`` from now, or the caller's own, whichever comes first.
     """
-    limiter = limiter or trio.CapacityLimiter(DEFAULT_CONCURRENCY)
+    actor = actor or shared_actor()
+    if limiter is not None:
+        window = max(1, int(limiter.total_tokens))
     requests = [
         part.with_questions(chunk)
         for part in parts
         for chunk in split_questions(part.questions, provider.limits.max_questions)
     ]
-    chunks = [r.questions for r in requests]
-    results: list[DecisionResult | None] = [None] * len(chunks)
+    deadline = trio.current_time() + deadline_s if deadline_s is not None else math.inf
+    # Whose deadline ends the job, for the reason: this call's, or the caller's own scope's.
+    named = deadline_s if deadline <= trio.current_effective_deadline() else None
+    replies: list[Answered | None] = []
+    if schedule == "sliding":
+        replies.append(
+            await actor.submit(
+                provider, requests, window=window, deadline=deadline, limiter=limiter
+            )
+        )
+    else:
+        for start in range(0, len(requests), window):
+            group = requests[start : start + window]
+            replies.append(
+                await actor.submit(
+                    provider, group, window=window, deadline=deadline, limiter=limiter
+                )
+            )
+    return _report(requests, replies, named)
+
+
+def _report(
+    requests: Sequence[DecisionRequest],
+    replies: Sequence[Answered | None],
+    deadline_s: float | None,
+) -> BatchReport:
+    """The merged report of a call's replies (one per job), as the sliding window saw it;
+    ``deadline_s`` is the budget to name when the deadline passed (``None``: the caller's)."""
+    results: list[DecisionResult] = []
     errors: list[str] = []
-
-    async def run(
-        index: int, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        async with limiter:
-            task_status.started()
-            try:
-                results[index] = await decide(requests[index], provider=provider)
-            except DecisionError as exc:
-                errors.append(f"batch {index + 1}/{len(chunks)}: {exc.kind}: {exc}")
+    late = stopped = False
+    dropped = ""
+    index = 0
+    for reply in replies:
+        if reply is None:
+            stopped = True
+            continue
+        late = late or reply.late or reply.dropped == "deadline"
+        dropped = dropped or (reply.dropped if reply.dropped != "deadline" else "")
+        for outcome in reply.outcomes:
+            index += 1
+            if isinstance(outcome, DecisionResult):
+                results.append(outcome)
+            elif isinstance(outcome, DecisionError):
+                errors.append(f"batch {index}/{len(requests)}: {outcome.kind}: {outcome}")
                 logger.warning("decision %s", errors[-1])
-
-    with trio.move_on_after(deadline_s if deadline_s is not None else float("inf")) as scope:
-        if schedule == "sliding":
-            async with trio.open_nursery() as nursery:
-                for index in range(len(chunks)):
-                    # ``start`` returns once the batch holds a token: batches go out in
-                    # question order (trio would otherwise start them in either order).
-                    await nursery.start(run, index)
-        else:
-            width = max(1, int(limiter.total_tokens))
-            for start in range(0, len(chunks), width):
-                async with trio.open_nursery() as nursery:
-                    for index in range(start, min(start + width, len(chunks))):
-                        nursery.start_soon(run, index)
-    done = [r for r in results if r is not None]
-    failed = len(chunks) - len(done)
-    reason = "; ".join(errors)
-    if scope.cancelled_caught:
-        reason = "; ".join(filter(None, [f"deadline of {deadline_s:g} s passed", reason]))
-    merged = merge_results(done) if done else None
+    notes: list[str] = []
+    if late:
+        notes.append(
+            f"deadline of {deadline_s:g} s passed" if deadline_s is not None else "deadline passed"
+        )
+    if stopped:
+        notes.append("the decision service stopped before answering")
+    if dropped:
+        notes.append(f"dropped: {dropped}")
+    reason = "; ".join([*notes, *errors])
+    merged = merge_results(results) if results else None
     if merged is not None and not merged.answers:
         # Answers that were all malformed tell the caller as little as no answer.
         merged, reason = None, reason or "no well-formed answers"
-    asked = sum(len(chunk) for chunk in chunks)
+    asked = sum(len(r.questions) for r in requests)
     answered = len(merged.answers) if merged is not None else 0
     if 0 < answered < asked:
         reason = "; ".join(filter(None, [answered_reason(asked, answered), reason]))
     return BatchReport(
         result=merged,
-        batches=len(chunks),
-        failed=failed,
+        batches=len(requests),
+        failed=len(requests) - len(results),
         reason=reason,
         asked=asked,
         answered=answered,
@@ -177,14 +245,21 @@ async def try_decide(
     provider: Decider | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     deadline_s: float | None = None,
+    actor: DecisionActor | None = None,
 ) -> DecisionResult | None:
-    """Batched and fail-open (``toolroute.try_decide``); ``None`` means no provider."""
+    """Batched and fail-open (``toolroute.try_decide``); ``None`` means no provider.
+
+    Raises:
+        ValueError: ``concurrency`` below 1.
+        DecisionError: ``invalid_request`` for a state that is not JSON, as ``decide``.
+    """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")
     decider = provider
     if decider is None or not request.questions:
         return None
+    check_caller_state(request, decider)
     report = await decide_in_batches(
-        request, decider, limiter=trio.CapacityLimiter(concurrency), deadline_s=deadline_s
+        request, decider, actor=actor, window=concurrency, deadline_s=deadline_s
     )
     return report.result

@@ -28,7 +28,8 @@ from .._core.errors import ConfigError
 from .._core.outcome import Outcome
 from .._core.recall.keyword import KeywordIndex
 from .._core.text import tokenize
-from .._decisions.run import decide_parts
+from .._decisions.actor import DecisionActor
+from .._decisions.run import DEFAULT_CONCURRENCY, decide_parts
 from .generative import pick_servers
 from .questions import DESCRIBE_TOOLS as DESCRIBE_TOOLS
 from .questions import Candidate as Candidate
@@ -49,6 +50,16 @@ _DEFAULT = RoutingConfig()
 
 
 @attrs.frozen
+class _Decisions:
+    """Where the decision router's batches run: an actor (``None``: the stateless one),
+    this call's window, and a caller's limiter shared across calls."""
+
+    actor: DecisionActor | None
+    window: int
+    limiter: trio.CapacityLimiter | None
+
+
+@attrs.frozen
 class _Verdict:
     strategy: Strategy
     outcome: Outcome
@@ -65,16 +76,23 @@ async def _by_decision(
     asked: Sequence[Candidate],
     decider: Decider,
     config: RoutingConfig,
-    limiter: trio.CapacityLimiter | None,
+    decisions: _Decisions,
 ) -> _Verdict | str:
     """The decision router's verdict, or why it could not give one."""
     try:
+        # The stage's clock starts before the state is split: that work is the stage's too.
+        began = trio.current_time()
         model = getattr(decider, "model", None)
         parts = routing_parts(
             query, asked, config, decider.limits, model if isinstance(model, str) else None
         )
         report = await decide_parts(
-            parts, decider, limiter=limiter, deadline_s=config.decision_deadline_s
+            parts,
+            decider,
+            actor=decisions.actor,
+            window=decisions.window,
+            limiter=decisions.limiter,
+            deadline_s=config.decision_deadline_s - (trio.current_time() - began),
         )
     except Exception as exc:  # a broken decider is "no decision", never an error
         return f"decision: error: {type(exc).__name__}: {exc}"
@@ -200,7 +218,8 @@ async def route_servers(
         generator: the fallback router, used only when no decision came back.
         embedder: the fast-path's embedder, used when ``config.embedding`` is on.
         config: stages, gates and deadlines (:class:`RoutingConfig`).
-        limiter: bounds the decision batches in flight (shared across calls).
+        limiter: a limit of the caller's on decision batches in flight, shared across
+            calls (held by each batch on top of the provider's admission).
 
     Returns:
         The kept and excluded servers with ``outcome`` and ``reason``: ``applied`` when
@@ -224,6 +243,32 @@ async def route_servers(
     malformed or near coin-flip answer keeps its server. A caller's mistake (bad servers,
     bad messages) is raised, never failed open.
     """
+    return await route_servers_via(
+        None,
+        query,
+        servers,
+        decider=decider,
+        generator=generator,
+        embedder=embedder,
+        config=config,
+        limiter=limiter,
+    )
+
+
+async def route_servers_via(
+    actor: DecisionActor | None,
+    query: str | Sequence[Mapping[str, Any]],
+    servers: Sequence[Server] | Catalog,
+    *,
+    decider: Decider | None = None,
+    generator: Generator | None = None,
+    embedder: Embedder | None = None,
+    config: RoutingConfig = _DEFAULT,
+    limiter: trio.CapacityLimiter | None = None,
+    window: int = DEFAULT_CONCURRENCY,
+) -> RoutingOutcome:
+    """:func:`route_servers` with its decision batches on ``actor`` (the engine's; ``None``:
+    the stateless one), at most ``window`` of this call in flight."""
     started = trio.current_time()
     entries = _entries(servers)
     ids = [e.server.id for e in entries]
@@ -261,7 +306,16 @@ async def route_servers(
     stage: list[Strategy] = ["none"]
     with trio.move_on_after(config.deadline_s):
         return finish(
-            await _pipeline(text, routable, decider, generator, embedder, config, limiter, stage)
+            await _pipeline(
+                text,
+                routable,
+                decider,
+                generator,
+                embedder,
+                config,
+                _Decisions(actor, window, limiter),
+                stage,
+            )
         )
     return finish(_Verdict(stage[0], Outcome.FAILED_OPEN, "deadline"))
 
@@ -273,7 +327,7 @@ async def _pipeline(
     generator: Generator | None,
     embedder: Embedder | None,
     config: RoutingConfig,
-    limiter: trio.CapacityLimiter | None,
+    decisions: _Decisions,
     stage: list[Strategy],
 ) -> _Verdict:
     notes: list[str] = []
@@ -292,7 +346,7 @@ async def _pipeline(
     asked = routable[: config.max_servers]
     if decider is not None:
         stage[0] = "decision"
-        decided = await _by_decision(query, asked, decider, config, limiter)
+        decided = await _by_decision(query, asked, decider, config, decisions)
         if isinstance(decided, _Verdict):
             return attrs.evolve(decided, reason="; ".join([*notes, decided.reason]))
         notes.append(decided)

@@ -8,6 +8,7 @@ the decision provider's window.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -16,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core.catalog.catalog import QUALIFIER, Server
-from .._core.decide.limits import DecisionLimits, estimate_state_tokens
+from .._core.decide.limits import DecisionLimits, fitting_runs
 from .._core.decide.types import BooleanQuestion, DecisionRequest, decision_key
 from .._core.outcome import Outcome
 from .._core.routing.config import RoutingConfig as RoutingConfig
@@ -142,6 +143,15 @@ def server_question(candidate: Candidate, index: int, wording: Wording) -> Boole
     )
 
 
+def _listed(entry: Candidate) -> dict[str, Any]:
+    """What the state says about one server."""
+    return {
+        "name": entry.server.id,
+        "does": does(entry.server, entry.names),
+        "tool_count": len(entry.names),
+    }
+
+
 def routing_request(
     query: str, entries: Sequence[Candidate], config: RoutingConfig, *, first: int = 0
 ) -> DecisionRequest:
@@ -153,10 +163,7 @@ def routing_request(
     """
     state = {
         "request": query[: config.max_query_chars],
-        "available_servers": [
-            {"name": e.server.id, "does": does(e.server, e.names), "tool_count": len(e.names)}
-            for e in entries
-        ],
+        "available_servers": [_listed(e) for e in entries],
     }
     questions = {
         decision_key("server", first + i): server_question(e, i, config.wording)
@@ -190,20 +197,20 @@ def routing_parts(
     """
     limits = limits.for_model(model)
     window = None if limits.advisory else limits.max_state_tokens
-    whole = routing_request(query, entries, config)
-    if window is None or estimate_state_tokens(whole.state, limits) <= window:
-        return [whole]
-    parts: list[DecisionRequest] = []
-    start = 0
-    while start < len(entries):
-        part = routing_request(query, entries[start : start + 1], config, first=start)
-        end = start + 1
-        # Grow the run while the next server still fits; the state only grows with it.
-        while end < len(entries):
-            grown = routing_request(query, entries[start : end + 1], config, first=start)
-            if estimate_state_tokens(grown.state, limits) > window:
-                break
-            part, end = grown, end + 1
-        parts.append(part)
-        start = end
-    return parts
+    if window is None:
+        return [routing_request(query, entries, config)]
+    # The state as json.dumps writes it (what the estimate reads), priced piece by piece:
+    # linear in the number of servers, where re-pricing every grown run was quadratic.
+    request = json.dumps(query[: config.max_query_chars], ensure_ascii=False)
+    runs = fitting_runs(
+        [json.dumps(_listed(e), ensure_ascii=False) for e in entries],
+        head=f'{{"request": {request}, "available_servers": [',
+        tail="]}",
+        separator=", ",
+        window=window,
+        limits=limits,
+    )
+    return [
+        routing_request(query, entries[run.start : run.stop], config, first=run.start)
+        for run in runs
+    ] or [routing_request(query, entries, config)]

@@ -1,62 +1,40 @@
-"""The engine's decision service.
+"""The engine's decision service: the engine's decision actor and its events.
 
-One ``trio.CapacityLimiter`` per decision provider bounds its batches in flight, shared
-by every caller of the engine: ``decide``, ``try_decide`` and ``route_servers`` alike,
-so a burst of agents cannot open more connections than the provider's concurrency.
+One supervised decision actor owns each provider's admission (at most
+``config.decision.concurrency`` batches in flight, shared by every caller of the engine:
+``decide``, ``try_decide`` and ``route_servers`` alike), so a burst of agents queues in trio
+under each caller's deadline and never opens more connections than that.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import trio
-
+from .._core.decide.limits import PROVIDER_CONNECTIONS
 from .._core.decide.types import DecisionRequest, DecisionResult, reply_outcome
 from .._core.errors import DecisionError, DecisionErrorKind
 from .._core.events import DecisionFinished, Event
-from .._decisions.run import decide, decide_in_batches
+from .._decisions.actor import DecisionActor
+from .._decisions.run import check_caller_state, decide, decide_in_batches
 
 if TYPE_CHECKING:
     from ..providers import Decider
 
 
 class DecisionService:
-    """Runs decisions for the engine under each provider's shared concurrency limit."""
+    """Runs decisions for the engine through its decision actor (:attr:`actor`, which
+    ``open_engine`` runs supervised)."""
 
     def __init__(
         self, decider: Decider | None, concurrency: int, publish: Callable[[Event], None]
     ) -> None:
         self.decider = decider
-        self._concurrency = concurrency
+        # Never more than a provider's HTTP pool holds: a batch must not queue in the pool.
+        self.concurrency = min(concurrency, PROVIDER_CONNECTIONS)
         self._publish = publish
-        # Keyed by identity and held weakly: a host that passes a provider per call (one per
-        # tenant's key, say) must not keep every provider alive for the engine's lifetime.
-        self._limiters: dict[int, tuple[Callable[[], object], trio.CapacityLimiter]] = {}
-
-    def limiter(self, decider: Decider) -> trio.CapacityLimiter:
-        """The limit shared by every caller of ``decider``, for as long as it lives."""
-        key = id(decider)
-        entry = self._limiters.get(key)
-        if entry is not None and entry[0]() is decider:
-            return entry[1]
-        limiter = trio.CapacityLimiter(self._concurrency)
-
-        def forget(_: object) -> None:
-            self._limiters.pop(key, None)
-
-        def kept() -> object:
-            return decider
-
-        held: Callable[[], object]
-        try:
-            held = weakref.ref(decider, forget)
-        except TypeError:  # not weakly referenceable: keep it, as its limit must be kept
-            held = kept
-        self._limiters[key] = (held, limiter)
-        return limiter
+        self.actor = DecisionActor(slots=self.concurrency)
 
     def _chosen(self, provider: Decider | None) -> Decider | None:
         return provider if provider is not None else self.decider
@@ -72,8 +50,7 @@ class DecisionService:
             )
         started = time.perf_counter()
         try:
-            async with self.limiter(decider):
-                result = await decide(request, provider=decider)
+            result = await decide(request, provider=decider, actor=self.actor)
         except DecisionError as exc:
             self._finished(decider, request, None, 1, started, f"{exc.kind}: {exc}")
             raise
@@ -89,9 +66,10 @@ class DecisionService:
         decider = self._chosen(provider)
         if decider is None or not request.questions:
             return None
+        check_caller_state(request, decider)  # the caller's mistake is raised, as by decide
         started = time.perf_counter()
         report = await decide_in_batches(
-            request, decider, limiter=self.limiter(decider), deadline_s=deadline_s
+            request, decider, actor=self.actor, window=self.concurrency, deadline_s=deadline_s
         )
         self._finished(decider, request, report.result, report.batches, started, report.reason)
         return report.result

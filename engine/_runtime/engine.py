@@ -1,9 +1,9 @@
 """The trio runtime's entry point: ``open_engine`` starts the engine's services in one
 nursery and hands out the ``Engine`` facade.
 
-The catalogue keeper's warm-up, the query batcher and the fast tier (its build and fits) run
-supervised (restarted on a crash, within ``config.restarts``); the other services answer
-calls in the caller's task.
+The catalogue keeper's warm-up, the query batcher, the decision actor and the fast tier (its
+build and fits) run supervised (restarted on a crash, within ``config.restarts``); the other
+services answer calls in the caller's task.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ async def open_engine(
         if failure:
             hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
         async with trio.open_nursery() as nursery:
-            engine, keeper, recall = _assemble(
+            engine, keeper, recall, decisions = _assemble(
                 catalog,
                 dedup,
                 tool_sets,
@@ -146,6 +146,10 @@ async def open_engine(
                 chosen,
                 hub,
                 workers,
+            )
+            # First: the warm-up stays the last service started before the block runs.
+            await nursery.start(
+                run_supervised, "decision actor", decisions.actor.run, config.restarts, hub.publish
             )
             batcher = recall.batcher
             if batcher is not None:
@@ -200,9 +204,9 @@ def _assemble(
     stores: EngineStores,
     hub: EventHub,
     workers: WorkerCalls,
-) -> tuple[Engine, CatalogKeeper, Recall]:
+) -> tuple[Engine, CatalogKeeper, Recall, DecisionService]:
     """The engine's services wired to each other (nothing runs yet): the facade, and the
-    two services ``open_engine`` runs supervised."""
+    services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
     key = new_query_key()  # queries appear in events only as an HMAC
     first = Snapshot.build(catalog, dedup, served_index(served(dedup)), tool_sets)
@@ -263,7 +267,7 @@ def _assemble(
         router=router,
         recall=recall,
     )
-    return engine, keeper, recall
+    return engine, keeper, recall, decisions
 
 
 def _fast_tier_service(

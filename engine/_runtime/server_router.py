@@ -14,7 +14,7 @@ from .._core.config import EngineConfig
 from .._core.events import Event, FailOpen, RoutingFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.stores import RoutingCache, SessionState, SessionStore
-from .._routing.pipeline import RoutingOutcome, route_servers, routing_query
+from .._routing.pipeline import RoutingOutcome, route_servers_via, routing_query
 from .decision_service import DecisionService
 
 if TYPE_CHECKING:
@@ -83,11 +83,11 @@ class ServerRouter:
         else:
             sticky = tuple(state.sticky_servers) if state is not None else ()
             known = {s.id for s in (servers.servers if isinstance(servers, Catalog) else servers)}
-            decider = self._decisions.decider
-            routing = await route_servers(
+            routing = await route_servers_via(
+                self._decisions.actor,
                 text,
                 servers,
-                decider=decider,
+                decider=self._decisions.decider,
                 generator=self._generator,
                 embedder=self._embedder() if settings.embedding else None,
                 config=attrs.evolve(
@@ -98,7 +98,7 @@ class ServerRouter:
                         )
                     ),
                 ),
-                limiter=self._decisions.limiter(decider) if decider is not None else None,
+                window=self._decisions.concurrency,
             )
             if cache_key is not None and routing.outcome in (Outcome.APPLIED, Outcome.DEGRADED):
                 self._cache.put(cache_key, routing, self._clock())

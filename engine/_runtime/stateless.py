@@ -39,7 +39,9 @@ async def decide(request: DecisionRequest, *, provider: Decider | None = None) -
             other exceptions are wrapped as ``server``.
 
     **Cancellation:** the provider's deadline (the request's ``timeout_s``, else its
-    default) covers retries and waits; a caller's cancel scope still cancels it.
+    default) covers retries and waits; a caller's cancel scope still cancels it. The call
+    waits for its turn at the provider (this trio run's decision actor admits at most as
+    many calls per provider as its HTTP pool holds) under the caller's own deadline.
 
     **Fail-open:** none: this is the strict call. Use :func:`try_decide` to carry on
     without answers when the provider fails.
@@ -76,9 +78,17 @@ async def try_decide(
 
     Raises:
         ValueError: ``concurrency`` below 1 (the caller's mistake).
+        DecisionError: ``invalid_request``, exactly as :func:`decide` raises it, when the
+            state is not JSON (NaN, ±infinity, nested at any depth, or a circular object):
+            that is the caller's mistake, refused before any batch is sent, never a
+            ``None`` that would read as a provider failure.
 
     **Cancellation:** ends by ``deadline_s`` (``None`` when nothing answered in
-    time); a caller's cancel scope still cancels it.
+    time), or by the caller's own deadline if that comes first; a caller's cancel
+    scope still cancels it. Batches wait for the provider in a queue that knows
+    their deadline (this trio run's decision actor admits at most as many batches
+    per provider as its HTTP pool holds), and one that is still waiting when the
+    deadline passes is never sent.
 
     **Fail-open:** a failed, late or misaligned batch costs only its own answers;
     a provider failure is never raised. A partial result carries the answers that

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..._core.decide.limits import PROVIDER_CONNECTIONS
 from ..._core.errors import ConfigError, ProviderError
 from .plain_errors import PlainErrors
 from .retry import Redactor, Reply, RetryCore, Stop, TransportError, Wait
@@ -275,6 +276,9 @@ class AsyncJsonClient:
         redactor: hides the credentials in every message.
         max_response_bytes: a larger body fails the attempt.
         transport: an httpx async transport to use instead of the network (tests).
+        max_connections: connections the pool holds, all kept alive between calls; the
+            decision actor admits no more requests per provider than this, so none waits
+            inside the pool.
 
     Deadlines are the caller's: wrap :meth:`post` in ``trio.move_on_after``.
     The connection pool is owned by this object; :meth:`aclose` releases it.
@@ -288,6 +292,7 @@ class AsyncJsonClient:
         redactor: Redactor,
         max_response_bytes: int = 64 * 1024 * 1024,
         transport: AsyncTransport | None = None,
+        max_connections: int = PROVIDER_CONNECTIONS,
     ) -> None:
         self.base_url = check_base_url(base_url)
         self.redact = redactor
@@ -305,6 +310,11 @@ class AsyncJsonClient:
             trust_env=not is_loopback(parts.hostname or ""),
             # The caller's cancel scope is the deadline.
             timeout=None,
+            # Sized to the decision actor's admission, and every connection kept alive: a
+            # burst of calls reuses its connections instead of reopening most of them.
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
         )
 
     async def aclose(self) -> None:

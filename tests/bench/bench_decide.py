@@ -1,8 +1,13 @@
-"""Batched decisions against a real loopback vendor: sliding window vs grouped, and routing's
-deadline against a vendor that never answers.
+"""Batched decisions against a real loopback vendor: sliding window vs grouped, routing's
+deadline against a vendor that never answers, and decisions under concurrency.
 
-    python tests/bench/bench_decide.py [--seeds 5] [--questions 1000] [--batch 64]
-        [--concurrency 4] [--repeats 3] [--calls 500] [--deadline-ms 250] [--out DIR]
+    python tests/bench/bench_decide.py [--section batches|concurrency|all] [--seeds 5]
+        [--questions 1000] [--batch 64] [--concurrency 4] [--repeats 3] [--calls 500]
+        [--deadline-ms 250] [--out DIR]
+
+``--section concurrency`` (options in ``tests/bench/decide_concurrency.py``) prints the
+latest end of 200 concurrent calls against their deadline on all seven vendors, stateless
+and through the engine, and how long one decision's CPU work blocks the loop.
 
 1. **Sliding vs grouped.** ``--questions`` boolean questions cut into batches of ``--batch``
    (Laya's cap is 64, so 1,000 questions are 16 batches) are sent to a loopback Laya server
@@ -49,6 +54,7 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[0]))
 
+import decide_concurrency  # noqa: E402
 from loopback.decision_vendors import (  # noqa: E402
     KEY,
     Fault,
@@ -433,9 +439,14 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500, help="sequential route_servers calls")
     parser.add_argument("--deadline-ms", type=float, default=250.0, help="routing deadline")
     parser.add_argument("--out", default=None, help="directory to write decide.md to")
+    parser.add_argument("--section", choices=["batches", "concurrency", "all"], default="batches")
+    decide_concurrency.add_arguments(parser)
     args = parser.parse_args()
     if min(args.seeds, args.questions, args.batch, args.concurrency, args.repeats, args.calls) < 1:
         parser.error("--seeds, --questions, --batch, --concurrency, --repeats, --calls must be ≥ 1")
+    if args.section == "concurrency":
+        print(decide_concurrency.run(args))
+        return
     batches = -(-args.questions // args.batch)
     tail_fraction = tail_fraction_for(batches)
 
@@ -448,6 +459,9 @@ def main() -> None:
         routing = trio.run(routing_deadline, server, args)
 
     report = markdown(args, batches, tail_fraction, rows, routing)
+    if args.section == "all":
+        progress("decisions under concurrency ...")
+        report += "\n\n" + decide_concurrency.run(args)
     print(report)
     if args.out:
         out = Path(args.out)

@@ -1,7 +1,9 @@
 """Everything in toolroute that talks to a model."""
 
+from .._core.protocols import BuildsFastTier as BuildsFastTier
 from .._core.protocols import Decider as Decider
 from .._core.protocols import Embedder as Embedder
+from .._core.protocols import FastTierModel as FastTierModel
 from .._core.protocols import Generator as Generator
 from .._core.protocols import Int8Kernel as Int8Kernel
 from .._core.public import publish as _publish
@@ -32,11 +34,13 @@ from ._http.rules import RetryPolicy as RetryPolicy
 
 __all__ = [
     "AnthropicGenerator",
+    "BuildsFastTier",
     "ClefDecider",
     "Decider",
     "DecisionCodec",
     "Decoded",
     "Embedder",
+    "FastTierModel",
     "Generator",
     "HashingEmbedder",
     "HttpDecider",

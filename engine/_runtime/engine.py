@@ -145,7 +145,9 @@ async def open_engine(
                 await nursery.start(
                     run_supervised, "query batcher", batcher.run, config.restarts, hub.publish
                 )
-            await nursery.start(run_supervised, "warm-up", keeper.run, config.restarts, hub.publish)
+            await nursery.start(
+                run_supervised, "catalogue keeper", keeper.run, config.restarts, hub.publish
+            )
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
                 nursery.start_soon(

@@ -1,8 +1,8 @@
 """The trio runtime's entry point: ``open_engine`` starts the engine's services in one
 nursery and hands out the ``Engine`` facade.
 
-The catalogue keeper's warm-up and the query batcher run supervised (restarted on a crash,
-within ``config.restarts``); the other services answer calls in the caller's task.
+The catalogue keeper, the query batcher and the step actor run supervised (restarted on a
+crash, within ``config.restarts``); the other services answer calls in the caller's task.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ async def open_engine(
         if failure:
             hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
         async with trio.open_nursery() as nursery:
-            engine, keeper, recall = _assemble(
+            engine, keeper, recall, steps = _assemble(
                 catalog,
                 dedup,
                 tool_sets,
@@ -148,6 +148,7 @@ async def open_engine(
             await nursery.start(
                 run_supervised, "catalogue keeper", keeper.run, config.restarts, hub.publish
             )
+            await nursery.start(run_supervised, "steps", steps.run, config.restarts, hub.publish)
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
                 nursery.start_soon(
@@ -192,9 +193,9 @@ def _assemble(
     stores: EngineStores,
     hub: EventHub,
     workers: WorkerCalls,
-) -> tuple[Engine, CatalogKeeper, Recall]:
+) -> tuple[Engine, CatalogKeeper, Recall, Steps]:
     """The engine's services wired to each other (nothing runs yet): the facade, and the
-    two services ``open_engine`` runs supervised."""
+    services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
     key = new_query_key()  # queries appear in events only as an HMAC
     first = Snapshot.build(
@@ -257,7 +258,7 @@ def _assemble(
         router=router,
         recall=recall,
     )
-    return engine, keeper, recall
+    return engine, keeper, recall, steps
 
 
 def _fast_tier_service(

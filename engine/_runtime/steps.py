@@ -144,17 +144,33 @@ class Steps:
             async with trio.open_nursery() as nursery, receive:
                 self._inbox = send
                 task_status.started()
-                async for request in receive:
-                    session = request.session
-                    if session is None:  # nothing to order it against
-                        nursery.start_soon(self._serve, request, None)
-                    elif (queue := queues.get(session)) is not None:
-                        queue.append(request)  # behind the session's earlier requests
-                    else:
-                        queues[session] = queue = deque([request])
-                        nursery.start_soon(self._drain, session, queue, queues)
+                async for first in receive:
+                    request: StepRequest | None = first
+                    while request is not None:
+                        self._dispatch(request, queues, nursery)
+                        # Everything already waiting, without a checkpoint per request: under
+                        # load the whole backlog is queued in one pass of the scheduler.
+                        try:
+                            request = receive.receive_nowait()
+                        except trio.WouldBlock:
+                            request = None
         finally:
             send.close()  # callers arriving from now on fail open at once
+
+    def _dispatch(
+        self,
+        request: StepRequest,
+        queues: dict[str, deque[StepRequest]],
+        nursery: trio.Nursery,
+    ) -> None:
+        session = request.session
+        if session is None:  # nothing to order it against
+            nursery.start_soon(self._serve, request, None)
+        elif (queue := queues.get(session)) is not None:
+            queue.append(request)  # behind the session's earlier requests
+        else:
+            queues[session] = queue = deque([request])
+            nursery.start_soon(self._drain, session, queue, queues)
 
     async def _drain(
         self, session: str, queue: deque[StepRequest], queues: dict[str, deque[StepRequest]]
@@ -199,7 +215,10 @@ class Steps:
             try:
                 if self._inbox is None:
                     return None
-                await self._inbox.send(request)
+                try:  # the actor is waiting, as it mostly is: hand over without a checkpoint
+                    self._inbox.send_nowait(request)
+                except trio.WouldBlock:
+                    await self._inbox.send(request)
                 return await answer.receive()
             except (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
                 return None

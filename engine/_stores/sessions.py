@@ -104,11 +104,16 @@ class MemorySessionStore:
 
     def _expire(self, now: float) -> None:
         # Oldest first: stop at the first idle-fresh session; sessions in use are skipped.
-        for key, entry in list(self._sessions.items()):
+        # No copy of the whole map: this runs on every step, and the map holds up to
+        # ``max_sessions`` entries; only the expired ones are collected.
+        expired = []
+        for key, entry in self._sessions.items():
             if now - entry.state.last_seen < self.idle_s:
                 break
             if not entry.holders:
-                del self._sessions[key]
+                expired.append(key)
+        for key in expired:
+            del self._sessions[key]
 
     def _trim(self) -> None:
         excess = len(self._sessions) - self.max_sessions

@@ -1,6 +1,6 @@
 """Benchmark: the step actor against the direct call it replaced, side by side.
 
-    python tests/bench/bench_actors.py [--old /work/main] [--rounds 3] [--steps 3000]
+    python tests/bench/bench_actors.py --old CHECKOUT [--rounds 3] [--steps 3000]
 
 Each round runs the same workload twice, alternately, each in a fresh interpreter: once
 against this checkout (``prepare_step`` through the step actor's inbox) and once against
@@ -111,7 +111,9 @@ def run_side(tree: Path, steps: int) -> dict[str, float | str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", type=Path, default=Path("/work/main"), help="checkout before")
+    parser.add_argument(
+        "--old", type=Path, required=True, help="a checkout of the code before the step actor"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3000)
     args = parser.parse_args()

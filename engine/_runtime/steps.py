@@ -147,7 +147,11 @@ class Steps:
                 async for first in receive:
                     request: StepRequest | None = first
                     while request is not None:
-                        self._dispatch(request, queues, nursery)
+                        try:
+                            self._dispatch(request, queues, nursery)
+                        except BaseException:
+                            request.reply.close()  # taken, never queued: its caller must not hang
+                            raise
                         # Everything already waiting, without a checkpoint per request: under
                         # load the whole backlog is queued in one pass of the scheduler.
                         try:

@@ -283,3 +283,41 @@ async def test_a_step_whose_actor_stopped_fails_open_with_every_tool(
     assert selection.tool_ids is None
     assert selection.outcome is Outcome.FAILED_OPEN
     assert delivery.event.type == "fail_open"
+
+
+async def test_a_crashed_step_actor_fails_its_callers_open_and_is_restarted(
+    autojump_clock: trio.testing.MockClock, monkeypatch: Any
+) -> None:
+    from toolroute._runtime.steps import Steps
+
+    dispatch = Steps._dispatch
+    crashed = []
+
+    def crash_once(self: Steps, *args: Any) -> None:
+        if not crashed:
+            crashed.append(True)
+            raise RuntimeError("a bug in the step actor")
+        dispatch(self, *args)
+
+    monkeypatch.setattr(Steps, "_dispatch", crash_once)
+    with trio.fail_after(60):  # in trio time: a caller left hanging fails here
+        await _crash_then_step_again()
+
+
+async def _crash_then_step_again() -> None:
+    """The first step crashes the actor; the second comes after its restart."""
+    async with open_engine(TOOLS, config=EngineConfig(cache=False), embedder=None) as engine:
+        async with engine.subscribe(buffer=8) as events:
+            first = await engine.prepare_step(user("read a file"), session="a")
+            restarted = None
+            while restarted is None:
+                delivery = await events.receive()
+                if delivery.event.type == "service.restarted":
+                    restarted = delivery.event
+        await trio.sleep(5)  # past the supervisor's backoff
+        second = await engine.prepare_step(user("read a file"), session="a")
+    assert first.outcome is Outcome.FAILED_OPEN
+    assert first.tool_ids is None
+    assert restarted.service == "steps"
+    assert second.outcome is Outcome.APPLIED
+    assert second.tool_ids is not None

@@ -142,7 +142,7 @@ class CatalogKeeper:
         order. Each (re)start opens a fresh inbox; warm-up starts again unless it finished."""
         send, receive = trio.open_memory_channel[KeeperMessage](0)
         waiting: deque[Update] = deque()
-        building = False
+        building: Update | None = None  # the update a child is building, if any
         try:
             async with trio.open_nursery() as nursery, receive:
                 self._inbox = send
@@ -154,8 +154,8 @@ class CatalogKeeper:
                         case Update():
                             waiting.append(message)
                         case Built():
-                            building = False
                             self._finish(message)
+                            building = None  # after: if finishing fails, its caller is told
                         case Install():
                             installed = self.snapshot.index is message.base
                             if installed:
@@ -165,16 +165,17 @@ class CatalogKeeper:
                             # Suppressed: warm-up was cancelled meanwhile.
                             with message.reply, contextlib.suppress(trio.BrokenResourceError):
                                 message.reply.send_nowait(installed)
-                    while not building and waiting:
+                    while building is None and waiting:
                         update = waiting.popleft()
                         if _caller_waits(update.reply):
-                            building = True
+                            building = update
                             nursery.start_soon(self._build, update, self.snapshot, send.clone())
                         else:
                             update.reply.close()
         finally:
             send.close()  # callers arriving from now on learn the keeper is down
-            for update in waiting:
+            # Crashed or shut down: the callers of unfinished updates learn it, none hangs.
+            for update in (*waiting, *([building] if building is not None else [])):
                 update.reply.close()
 
     async def update(

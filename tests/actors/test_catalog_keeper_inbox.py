@@ -133,3 +133,27 @@ async def test_a_cancelled_update_leaves_the_old_snapshot_served(
 
 async def _inline(fn: Callable[..., Any], *args: Any, limiter: trio.CapacityLimiter) -> Any:
     return fn(*args)
+
+
+async def test_an_update_in_flight_when_the_keeper_crashes_raises_and_the_keeper_restarts(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolroute._runtime.catalog_keeper import CatalogKeeper
+
+    finish = CatalogKeeper._finish
+    crashed: list[bool] = []
+
+    def crash_once(self: CatalogKeeper, built: Any) -> None:
+        if not crashed:
+            crashed.append(True)
+            raise RuntimeError("a bug in the keeper")
+        finish(self, built)
+
+    monkeypatch.setattr(CatalogKeeper, "_finish", crash_once)
+    with trio.fail_after(60):  # in trio time: an update left hanging fails here
+        async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+            with pytest.raises(trio.BrokenResourceError, match="not applied"):
+                await engine.update(add=[MUSIC])
+            await trio.sleep(5)  # past the supervisor's backoff
+            await engine.update(add=[MUSIC])
+            assert "play_music" in engine.catalog

@@ -151,7 +151,7 @@ async def test_an_update_in_flight_when_the_keeper_crashes_raises_and_the_keeper
 
     monkeypatch.setattr(CatalogKeeper, "_finish", crash_once)
     with trio.fail_after(60):  # in trio time: an update left hanging fails here
-        async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+        async with open_engine(TOOLS, config=CONFIG, embedder=None, run_cpu=_inline) as engine:
             with pytest.raises(trio.BrokenResourceError, match="not applied"):
                 await engine.update(add=[MUSIC])
             await trio.sleep(5)  # past the supervisor's backoff

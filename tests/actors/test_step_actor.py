@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from hypothesis import given
@@ -149,7 +150,7 @@ def test_steps_of_a_session_apply_in_arrival_order_under_cancellations_and_evict
     assert all(outcome is Outcome.APPLIED for outcome in answered.values())
     when = {number: at for number, _, at in arrived}
     for number, at in gave_up.items():
-        assert at == when[number] + ops[number].give_up_after  # type: ignore[operator]
+        assert at == pytest.approx(when[number] + ops[number].give_up_after)  # type: ignore[operator]
     # Nothing of a step whose caller gave up starts later.
     for number, at in gave_up.items():
         assert log.started.get(number, -math.inf) <= at
@@ -275,7 +276,9 @@ async def test_engine_route_servers_with_a_session_queues_with_its_steps(
 async def test_a_step_whose_actor_stopped_fails_open_with_every_tool(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with open_engine(TOOLS, config=EngineConfig(cache=False), embedder=None) as engine:
+    async with open_engine(
+        TOOLS, config=EngineConfig(cache=False), embedder=None, run_cpu=inline
+    ) as engine:
         engine._steps._inbox.close()  # the actor's inbox as it is between a crash and a restart
         async with engine.subscribe(buffer=4) as events:
             selection = await engine.prepare_step(user("read a file"), session="a")
@@ -306,7 +309,9 @@ async def test_a_crashed_step_actor_fails_its_callers_open_and_is_restarted(
 
 async def _crash_then_step_again() -> None:
     """The first step crashes the actor; the second comes after its restart."""
-    async with open_engine(TOOLS, config=EngineConfig(cache=False), embedder=None) as engine:
+    async with open_engine(
+        TOOLS, config=EngineConfig(cache=False), embedder=None, run_cpu=inline
+    ) as engine:
         async with engine.subscribe(buffer=8) as events:
             first = await engine.prepare_step(user("read a file"), session="a")
             restarted = None
@@ -321,3 +326,9 @@ async def _crash_then_step_again() -> None:
     assert restarted.service == "steps"
     assert second.outcome is Outcome.APPLIED
     assert second.tool_ids is not None
+
+
+async def inline(fn: Callable[..., Any], *args: Any, limiter: trio.CapacityLimiter) -> Any:
+    """CPU work in the trio thread: under the autojump clock a worker thread would let the
+    clock jump past the test's deadlines while it runs."""
+    return fn(*args)

@@ -106,12 +106,16 @@ class SessionState:
 
 @runtime_checkable
 class SessionStore(Protocol):
-    """Session states, bounded by count and idle time; steps of one session in arrival order."""
+    """Session states, bounded by count and idle time.
+
+    The engine's step actor orders the work of one session (steps, routing with a session)
+    by its inbox and holds the session while any is queued or running; the store keeps the
+    state and never evicts a held session."""
 
     def hold(self, session: str) -> AbstractAsyncContextManager[SessionState]:
-        """Hold ``session`` for one step: wait for its earlier steps (first come, first
-        served), then yield its state (fresh when unknown or expired). Changes made to the
-        state are kept when the block is left, and a held session is never evicted."""
+        """Hold ``session``: yield its state (fresh when unknown or expired). Changes made to
+        the state are kept when the block is left, and a held session is never evicted, by
+        idle time or by count. Several holders of one session share its one state."""
         ...
 
     def update_nowait(self, session: str, change: Callable[[SessionState], None]) -> None:

@@ -2,17 +2,25 @@
 
 Readers take ``keeper.snapshot`` (no lock, no round trip); the keeper replaces it whole, with
 one attribute assignment, after warm-up brings vectors or an update changes the catalogue.
-Warm-up (enrichment, then tool embeddings) is the keeper's supervised service; updates go
-through the keeper one at a time.
+
+The keeper is an actor (``run``, supervised): its loop is the only writer of the snapshot and
+never awaits work. Updates arrive in its inbox as ``Update`` messages and are built one at a
+time, in arrival order, by a child task that reports back with ``Built``; warm-up (enrichment,
+then tool embeddings) is another child that reports each index it made with ``Install``. A
+result is installed only over the snapshot it was computed from: work that went stale while
+it ran (an update landed meanwhile) is dropped, so it never overwrites newer vectors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 import trio
@@ -35,8 +43,45 @@ if TYPE_CHECKING:
     from ..providers import Embedder, Generator
 
 
+@attrs.frozen(eq=False)
+class Update:
+    """Change the catalogue (``Engine.update``); the reply is ``None`` once the new snapshot is
+    served, or the exception that stopped the change (a caller's mistake among them).
+
+    ``scope`` is the caller's: it cancels it when it gives up, which stops the build."""
+
+    add: tuple[Tool, ...]
+    remove: tuple[str, ...]
+    replace: tuple[Tool, ...]
+    scope: trio.CancelScope
+    reply: trio.MemorySendChannel[Exception | None]
+
+
+@attrs.frozen(eq=False)
+class Built:
+    """From the update child: the snapshot ``update`` makes (``None`` if it failed with
+    ``error`` or its caller gave up)."""
+
+    update: Update
+    snapshot: Snapshot | None
+    error: Exception | None
+
+
+@attrs.frozen(eq=False)
+class Install:
+    """From warm-up: serve ``index`` if ``base`` is still the index served; the reply says
+    whether it was installed."""
+
+    base: RecallIndex
+    index: RecallIndex
+    reply: trio.MemorySendChannel[bool]
+
+
+KeeperMessage = Update | Built | Install
+
+
 class CatalogKeeper:
-    """Owner of the engine's ``Snapshot``; ``run`` is its (supervised) warm-up service.
+    """Owner of the engine's ``Snapshot``; ``run`` is the (supervised) actor that changes it.
 
     Args:
         snapshot: the first snapshot (keyword-only).
@@ -74,7 +119,7 @@ class CatalogKeeper:
         self._cpu = cpu
         self._publish = publish
         self._ready = trio.Event()
-        self._updating = trio.Lock()  # one catalogue change at a time
+        self._inbox: trio.MemorySendChannel[KeeperMessage] | None = None
         self._version = 0
         if not self.needs_warm_up:
             self._ready.set()
@@ -93,55 +138,152 @@ class CatalogKeeper:
         await self._ready.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The warm-up service: enrich, then embed the catalogue, then return."""
-        task_status.started()
-        if self._ready.is_set():
-            return
-        await self._enrich()
-        if self._embedder is not None:
-            await self._embed(self._embedder)
-        self._ready.set()
+        """The keeper's actor: warm up (once), and apply updates one at a time, in arrival
+        order. Each (re)start opens a fresh inbox; warm-up starts again unless it finished."""
+        send, receive = trio.open_memory_channel[KeeperMessage](0)
+        waiting: deque[Update] = deque()
+        building: Update | None = None  # the update a child is building, if any
+        try:
+            async with trio.open_nursery() as nursery, receive:
+                self._inbox = send
+                if not self._ready.is_set():
+                    nursery.start_soon(self._warm_up, send.clone())
+                task_status.started()
+                async for message in receive:
+                    match message:
+                        case Update():
+                            waiting.append(message)
+                        case Built():
+                            self._finish(message)
+                            building = None  # after: if finishing fails, its caller is told
+                        case Install():
+                            installed = self.snapshot.index is message.base
+                            if installed:
+                                self.snapshot = self.snapshot.with_index(
+                                    message.index, self._tool_sets
+                                )
+                            # Suppressed: warm-up was cancelled meanwhile.
+                            with message.reply, contextlib.suppress(trio.BrokenResourceError):
+                                message.reply.send_nowait(installed)
+                    while building is None and waiting:
+                        update = waiting.popleft()
+                        if _caller_waits(update.reply):
+                            building = update
+                            nursery.start_soon(self._build, update, self.snapshot, send.clone())
+                        else:
+                            update.reply.close()
+        finally:
+            send.close()  # callers arriving from now on learn the keeper is down
+            # Crashed or shut down: the callers of unfinished updates learn it, none hangs.
+            for update in (*waiting, *([building] if building is not None else [])):
+                update.reply.close()
 
     async def update(
         self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
     ) -> None:
-        """Change the catalogue (see ``Engine.update``)."""
-        async with self._updating:
-            old = self.snapshot
-            catalog = updated_catalog(old.source, add=add, remove=remove, replace=replace)
-            dedup, failure = await dedupe_catalog(
-                catalog,
-                self._config,
-                self._embedder,
-                self._embeddings,
-                self._workers.run,
-                self._cpu,
-            )
-            if failure:
-                self._publish(FailOpen(operation="update", what_failed="dedup", reason=failure))
-            # Unchanged tools keep their enrichment; added and replaced ones are enriched at
-            # the next warm-up (the store keeps the rest).
-            changed = {t.id for t in (*add, *replace)}
-            extra = {i: t for i, t in old.index.extra_text.items() if i not in changed}
-            new = await self._workers.run(
-                functools.partial(served_index, extra_text=extra),
-                served(dedup),
-                limiter=self._cpu,
-            )
-            if self._embedder is not None:
-                # During warm-up this embeds the whole catalogue (the store absorbs the
-                # repeat); warm-up then sees the catalogue changed and drops its stale vectors.
-                new = await self._with_vectors(new, old.index, self._embedder)
-            self.snapshot = Snapshot.build(catalog, dedup, new, self._tool_sets)
-            self._version += 1
-            self._publish(
-                CatalogUpdated(
-                    added=tuple(t.id for t in add),
-                    removed=tuple(remove),
-                    replaced=tuple(t.id for t in replace),
-                    version=self._version,
+        """Change the catalogue (see ``Engine.update``): sent to the keeper, which applies
+        updates one at a time, in arrival order.
+
+        Raises:
+            trio.BrokenResourceError: the keeper is not running (the engine closed, or the
+                keeper is restarting); the update was not applied.
+        """
+        if self._inbox is None:
+            raise trio.BrokenResourceError("the catalogue keeper is not running")
+        reply, answer = trio.open_memory_channel[Exception | None](1)
+        message = Update(tuple(add), tuple(remove), tuple(replace), trio.CancelScope(), reply)
+        with answer:
+            try:
+                await self._inbox.send(message)
+                error = await answer.receive()
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
+                raise trio.BrokenResourceError(
+                    "the catalogue keeper stopped; the update was not applied"
+                ) from None
+            finally:
+                message.scope.cancel("the caller gave up")  # a no-op once the build is over
+        if error is not None:
+            raise error
+
+    def _finish(self, built: Built) -> None:
+        """Serve what an update built, unless its caller gave up first; answer the caller."""
+        update = built.update
+        with update.reply:
+            if built.snapshot is not None and _caller_waits(update.reply):
+                self.snapshot = built.snapshot
+                self._version += 1
+                self._publish(
+                    CatalogUpdated(
+                        added=tuple(t.id for t in update.add),
+                        removed=update.remove,
+                        replaced=tuple(t.id for t in update.replace),
+                        version=self._version,
+                    )
                 )
-            )
+                update.reply.send_nowait(None)
+            elif built.error is not None:
+                with contextlib.suppress(trio.BrokenResourceError):  # the caller gave up
+                    update.reply.send_nowait(built.error)
+
+    async def _build(
+        self, update: Update, old: Snapshot, back: trio.MemorySendChannel[KeeperMessage]
+    ) -> None:
+        """The update child: the snapshot ``update`` makes of ``old``, reported back."""
+        snapshot: Snapshot | None = None
+        error: Exception | None = None
+        with back:
+            with update.scope:
+                try:
+                    snapshot = await self._updated(old, update)
+                except Exception as exc:  # the caller's to see (a mistake of theirs, mostly)
+                    error = exc
+            await back.send(Built(update, snapshot, error))
+
+    async def _updated(self, old: Snapshot, update: Update) -> Snapshot:
+        catalog = updated_catalog(
+            old.source, add=update.add, remove=update.remove, replace=update.replace
+        )
+        dedup, failure = await dedupe_catalog(
+            catalog,
+            self._config,
+            self._embedder,
+            self._embeddings,
+            self._workers.run,
+            self._cpu,
+        )
+        if failure:
+            self._publish(FailOpen(operation="update", what_failed="dedup", reason=failure))
+        # Unchanged tools keep their enrichment; added and replaced ones are enriched at
+        # the next warm-up (the store keeps the rest).
+        changed = {t.id for t in (*update.add, *update.replace)}
+        extra = {i: t for i, t in old.index.extra_text.items() if i not in changed}
+        new = await self._workers.run(
+            functools.partial(served_index, extra_text=extra),
+            served(dedup),
+            limiter=self._cpu,
+        )
+        if self._embedder is not None:
+            # During warm-up this embeds the whole catalogue (the store absorbs the
+            # repeat); warm-up's result is then stale and is not installed.
+            new = await self._with_vectors(new, old.index, self._embedder)
+        return Snapshot.build(catalog, dedup, new, self._tool_sets)
+
+    async def _warm_up(self, back: trio.MemorySendChannel[KeeperMessage]) -> None:
+        """The warm-up child: enrich, then embed the catalogue, then report ready."""
+        with back:
+            await self._enrich(back)
+            if self._embedder is not None:
+                await self._embed(self._embedder, back)
+        self._ready.set()
+
+    @staticmethod
+    async def _install(
+        back: trio.MemorySendChannel[KeeperMessage], base: RecallIndex, index: RecallIndex
+    ) -> bool:
+        reply, answer = trio.open_memory_channel[bool](1)
+        with answer:
+            await back.send(Install(base, index, reply))
+            return await answer.receive()
 
     async def _with_vectors(
         self, new: RecallIndex, old: RecallIndex, embedder: Embedder
@@ -178,13 +320,14 @@ class CatalogKeeper:
             return index.with_vectors(vectors)
         return await self._workers.run(index.with_vectors, vectors, limiter=self._cpu)
 
-    async def _enrich(self) -> None:
+    async def _enrich(self, back: trio.MemorySendChannel[KeeperMessage]) -> None:
         """Add the generator's phrasings to the recall text (``config.enrichment``); tools
         whose batch failed keep their original text."""
         settings = self._config.enrichment
         if not settings.enabled or self._generator is None:
             return
-        catalog = self.snapshot.index.catalog
+        base = self.snapshot.index
+        catalog = base.catalog
         result = await enrich_tools(
             list(catalog),
             self._generator,
@@ -202,19 +345,16 @@ class CatalogKeeper:
                     reason=f"{result.failed} tools keep their original text: {why}",
                 )
             )
-        if not result.texts:
-            return
-        async with self._updating:
-            current = self.snapshot
-            if current.index.catalog is catalog and current.index.vectors is None:
-                index = await self._workers.run(
-                    functools.partial(served_index, extra_text=result.texts),
-                    catalog,
-                    limiter=self._cpu,
-                )
-                self.snapshot = current.with_index(index, self._tool_sets)
+        if not result.texts or self.snapshot.index is not base:
+            return  # nothing to add, or an update replaced the catalogue meanwhile
+        index = await self._workers.run(
+            functools.partial(served_index, extra_text=result.texts),
+            catalog,
+            limiter=self._cpu,
+        )
+        await self._install(back, base, index)
 
-    async def _embed(self, embedder: Embedder) -> None:
+    async def _embed(self, embedder: Embedder, back: trio.MemorySendChannel[KeeperMessage]) -> None:
         started = time.perf_counter()
         token = trio.lowlevel.current_trio_token()
         first = self.snapshot.index
@@ -240,19 +380,15 @@ class CatalogKeeper:
                 self._config.warmup.batch,
                 limiter=self._cpu,
             )
-            async with self._updating:
-                # An update during warm-up brought its own vectors: these are stale then.
-                current = self.snapshot
-                if current.index.catalog is catalog and current.index.vectors is None:
-                    index = await self._indexed(current.index, vectors)
-                    self.snapshot = current.with_index(index, self._tool_sets)
+            index = await self._indexed(first, vectors)
             degraded, reason = False, ""
         except Exception as exc:  # warm-up failure leaves the engine keyword-only
             degraded, reason = True, brief(exc)
-            current = self.snapshot
-            index = current.index.without_vectors(f"embedder failed while indexing: {reason}")
-            self.snapshot = current.with_index(index, self._tool_sets)
+            index = first.without_vectors(f"embedder failed while indexing: {reason}")
             self._publish(FailOpen(operation="warmup", what_failed="embedder", reason=reason))
+        # Success or failure alike, only over the index warm-up started from: an update made
+        # meanwhile brought its own vectors, which neither may overwrite.
+        await self._install(back, first, index)
         embedded = counts[0] if counts else 0
         self._publish(
             WarmupFinished(
@@ -264,6 +400,11 @@ class CatalogKeeper:
                 reason=reason,
             )
         )
+
+
+def _caller_waits(reply: trio.MemorySendChannel[Exception | None]) -> bool:
+    """Whether the caller still waits for the reply (it closes its end when it gives up)."""
+    return reply.statistics().open_receive_channels > 0
 
 
 def _embed_index(

@@ -1,9 +1,9 @@
 """The trio runtime's entry point: ``open_engine`` starts the engine's services in one
 nursery and hands out the ``Engine`` facade.
 
-The catalogue keeper's warm-up, the query batcher, the decision actor and the fast tier (its
-build and fits) run supervised (restarted on a crash, within ``config.restarts``); the other
-services answer calls in the caller's task.
+The catalogue keeper, the query batcher, the step actor, the decision actor and the fast tier
+(its build and fits) run supervised (restarted on a crash, within ``config.restarts``); the
+other services answer calls in the caller's task.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ async def open_engine(
         if failure:
             hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
         async with trio.open_nursery() as nursery:
-            engine, keeper, recall, decisions = _assemble(
+            engine, keeper, recall, decisions, steps = _assemble(
                 catalog,
                 dedup,
                 tool_sets,
@@ -156,7 +156,10 @@ async def open_engine(
                 await nursery.start(
                     run_supervised, "query batcher", batcher.run, config.restarts, hub.publish
                 )
-            await nursery.start(run_supervised, "warm-up", keeper.run, config.restarts, hub.publish)
+            await nursery.start(
+                run_supervised, "catalogue keeper", keeper.run, config.restarts, hub.publish
+            )
+            await nursery.start(run_supervised, "steps", steps.run, config.restarts, hub.publish)
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
                 fast_tier = functools.partial(
@@ -204,7 +207,7 @@ def _assemble(
     stores: EngineStores,
     hub: EventHub,
     workers: WorkerCalls,
-) -> tuple[Engine, CatalogKeeper, Recall, DecisionService]:
+) -> tuple[Engine, CatalogKeeper, Recall, DecisionService, Steps]:
     """The engine's services wired to each other (nothing runs yet): the facade, and the
     services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
@@ -267,7 +270,7 @@ def _assemble(
         router=router,
         recall=recall,
     )
-    return engine, keeper, recall, decisions
+    return engine, keeper, recall, decisions, steps
 
 
 def _fast_tier_service(

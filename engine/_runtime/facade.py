@@ -358,7 +358,9 @@ class Engine(metaclass=NoPublicConstructor):
         the routing deadline keeps every server (``failed_open``).
         """
         candidates = servers if servers is not None else self._keeper.snapshot.index.catalog
-        return await self._router.route_servers(query, candidates, session)
+        if session is None:
+            return await self._router.route_servers(query, candidates, None)
+        return await self._steps.route_session(query, candidates, session)  # in session order
 
     async def search_tools(
         self, arguments: object, *, session: str | None = None, k: int = 5

@@ -1,21 +1,34 @@
-"""Steps: the async shell around the pure step planner (``toolroute._core.select.steps``).
+"""Steps: the step actor around the pure step planner (``toolroute._core.select.steps``).
 
-It holds the session (so steps of one session apply one at a time, in arrival order), asks
-the server router and recall, and applies what the planner decided to the session's state.
+``Steps.run`` is a supervised actor. Callers send frozen requests (``PrepareStep``, and
+``RouteSession`` for ``Engine.route_servers`` with a session) to its inbox and wait for the
+reply on a one-shot channel. The inbox alone orders a session's work: the actor keeps one
+FIFO queue per session with work pending, and one child task per such session drains it,
+holding the session in the store until the queue is empty (so it is never evicted with
+steps queued or running). Different sessions run concurrently, as children of the actor's
+nursery; the actor's own loop never awaits anything but its inbox.
+
+A caller that gives up (its cancel scope, a deadline) cancels its request's scope: a queued
+request is skipped, a running one is cancelled where it stands, and nothing of it lands later.
+Each step asks the server router and recall, the planner decides, and the step applies what
+the planner decided to the session's state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
+import trio
 
-from .._core.catalog.catalog import id_tuple
+from .._core.catalog.catalog import Catalog, Server, id_tuple
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError
-from .._core.events import Event, StepFinished, query_hash
+from .._core.events import Event, FailOpen, StepFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.select.conversation import extract_query, idle_steps
 from .._core.select.search_tool import HINT, read_arguments
@@ -35,6 +48,7 @@ from .server_router import ServerRouter
 
 #: What a step reads: the conversation as the agent passes it around.
 Messages = Sequence[Mapping[str, Any]]
+T = TypeVar("T")
 
 
 @attrs.frozen(kw_only=True)
@@ -66,8 +80,40 @@ class StepSelection:
     routing: RoutingOutcome | None = None
 
 
+@attrs.frozen(eq=False)
+class PrepareStep:
+    """Prepare one step of ``session`` (``None``: a step outside any session); the reply is
+    the ``StepSelection`` or the exception that stopped it (a caller's mistake among them).
+
+    ``scope`` belongs to the caller, who cancels it on giving up: the actor runs the step
+    inside it, so a step nobody waits for stops where it stands."""
+
+    messages: Messages
+    session: str | None
+    force: tuple[str, ...]
+    release: tuple[str, ...]
+    scope: trio.CancelScope
+    reply: trio.MemorySendChannel[StepSelection | Exception]
+
+
+@attrs.frozen(eq=False)
+class RouteSession:
+    """Route ``query`` among ``servers`` for ``session`` (``Engine.route_servers``): in the
+    session's queue, since routing reads and renews its sticky servers."""
+
+    query: str | Sequence[Mapping[str, Any]]
+    servers: Sequence[Server] | Catalog
+    session: str
+    scope: trio.CancelScope
+    reply: trio.MemorySendChannel[RoutingOutcome | Exception]
+
+
+StepRequest = PrepareStep | RouteSession
+
+
 class Steps:
-    """``prepare_step``, ``search_tools`` and ``release_sets`` behind the facade."""
+    """The step actor's handle: ``prepare_step``, ``route_session``, ``search_tools`` and
+    ``release_sets`` behind the facade; ``run`` is the (supervised) actor itself."""
 
     def __init__(
         self,
@@ -89,6 +135,106 @@ class Steps:
         self._set_names_known = tuple(s.name for s in tool_sets)
         self._publish = publish
         self._key = key
+        self._inbox: trio.MemorySendChannel[StepRequest] | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The actor: read requests in arrival order, queue each behind its session's.
+
+        Each (re)start opens a fresh inbox (buffer 0: a request is queued once the actor
+        took it, never in a channel buffer). On a crash or shutdown every queued and running
+        request's reply is closed, so no caller hangs (it fails open, see ``prepare_step``).
+        """
+        send, receive = trio.open_memory_channel[StepRequest](0)
+        queues: dict[str, deque[StepRequest]] = {}
+        try:
+            async with trio.open_nursery() as nursery, receive:
+                self._inbox = send
+                task_status.started()
+                async for first in receive:
+                    request: StepRequest | None = first
+                    while request is not None:
+                        try:
+                            self._dispatch(request, queues, nursery)
+                        except BaseException:
+                            request.reply.close()  # taken, never queued: its caller must not hang
+                            raise
+                        # Everything already waiting, without a checkpoint per request: under
+                        # load the whole backlog is queued in one pass of the scheduler.
+                        try:
+                            request = receive.receive_nowait()
+                        except trio.WouldBlock:
+                            request = None
+        finally:
+            send.close()  # callers arriving from now on fail open at once
+
+    def _dispatch(
+        self,
+        request: StepRequest,
+        queues: dict[str, deque[StepRequest]],
+        nursery: trio.Nursery,
+    ) -> None:
+        session = request.session
+        if session is None:  # nothing to order it against
+            nursery.start_soon(self._serve, request, None)
+        elif (queue := queues.get(session)) is not None:
+            queue.append(request)  # behind the session's earlier requests
+        else:
+            queues[session] = queue = deque([request])
+            nursery.start_soon(self._drain, session, queue, queues)
+
+    async def _drain(
+        self, session: str, queue: deque[StepRequest], queues: dict[str, deque[StepRequest]]
+    ) -> None:
+        """Serve ``session``'s queue in order, holding the session while anything is queued."""
+        try:
+            while queue:
+                async with self._sessions.hold(session) as state:
+                    while queue:
+                        await self._serve(queue[0], state)
+                        queue.popleft()
+                # Requests that came while the store released the session: hold it again.
+        finally:
+            # No checkpoint between the last look at the queue and this: a request arriving
+            # from now on starts a new queue.
+            if queues.get(session) is queue:
+                del queues[session]
+            for request in queue:  # cancelled (shutdown, a crash): nobody will serve these
+                request.reply.close()
+
+    async def _serve(self, request: StepRequest, state: SessionState | None) -> None:
+        with request.reply:
+            if request.reply.statistics().open_receive_channels == 0:
+                return  # the caller gave up while it was queued: it costs nothing
+            with request.scope:
+                match request:
+                    case PrepareStep():
+                        _reply(request.reply, await _attempt(self._prepare(request, state)))
+                    case RouteSession():
+                        routed = self._router.route(
+                            request.query, request.servers, session=request.session, state=state
+                        )
+                        _reply(request.reply, await _attempt(routed))
+
+    async def _ask(
+        self,
+        request: StepRequest,
+        answer: trio.MemoryReceiveChannel[T | Exception],
+    ) -> T | Exception | None:
+        """Send ``request`` and wait for its reply; ``None`` when the actor is not running."""
+        with answer:
+            try:
+                if self._inbox is None:
+                    return None
+                try:  # the actor is waiting, as it mostly is: hand over without a checkpoint
+                    self._inbox.send_nowait(request)
+                except trio.WouldBlock:
+                    await self._inbox.send(request)
+                return await answer.receive()
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
+                return None
+            finally:
+                # Gave up (or done: then the request has left its scope and this is a no-op).
+                request.scope.cancel("the caller gave up")
 
     def set_names(self, names: Iterable[str], field: str) -> tuple[str, ...]:
         """``names`` checked against the engine's tool sets.
@@ -117,14 +263,59 @@ class Steps:
         force_sets: Iterable[str],
         release_sets: Iterable[str],
     ) -> StepSelection:
+        """One step, through the actor (see ``Engine.prepare_step``).
+
+        **Fail-open:** when the actor is not running (restarting after a crash) or stopped
+        before it answered, every tool is shown (``failed_open``).
+        """
         force = self.set_names(force_sets, "force_sets")
         release = self.set_names(release_sets, "release_sets")
-        if session is None:
-            return await self._step(messages, None, None, force)
-        async with self._sessions.hold(session) as state:
-            state.release(release)
-            state.force(force)
-            return await self._step(messages, session, state, ())
+        reply, answer = trio.open_memory_channel[StepSelection | Exception](1)
+        request = PrepareStep(messages, session, force, release, trio.CancelScope(), reply)
+        result = await self._ask(request, answer)
+        if isinstance(result, Exception):
+            raise result
+        if result is None:
+            return self._unserved(messages)
+        return result
+
+    async def route_session(
+        self,
+        query: str | Sequence[Mapping[str, Any]],
+        servers: Sequence[Server] | Catalog,
+        session: str,
+    ) -> RoutingOutcome:
+        """``Engine.route_servers`` for a session: queued with the session's steps.
+
+        **Fail-open:** when the actor is not running, the request is routed without the
+        session's memory (no cache, no sticky servers), in the caller's task.
+        """
+        reply, answer = trio.open_memory_channel[RoutingOutcome | Exception](1)
+        request = RouteSession(query, servers, session, trio.CancelScope(), reply)
+        result = await self._ask(request, answer)
+        if isinstance(result, Exception):
+            raise result
+        if result is None:
+            return await self._router.route(query, servers, session=None, state=None)
+        return result
+
+    async def _prepare(self, request: PrepareStep, state: SessionState | None) -> StepSelection:
+        if state is None:
+            return await self._step(request.messages, None, None, request.force)
+        state.release(request.release)
+        state.force(request.force)
+        return await self._step(request.messages, request.session, state, ())
+
+    def _unserved(self, messages: Messages) -> StepSelection:
+        reason = "the step service is not running"
+        self._publish(FailOpen(operation="prepare_step", what_failed="steps", reason=reason))
+        return StepSelection(
+            tool_ids=None,
+            query=extract_query(messages),
+            page=0,
+            outcome=Outcome.FAILED_OPEN,
+            reason=reason,
+        )
 
     async def _step(
         self,
@@ -222,6 +413,20 @@ class Steps:
             ],
             "hint": HINT,
         }
+
+
+async def _attempt(work: Awaitable[T]) -> T | Exception:
+    """``work``'s result, or the exception it raised: the caller's to see, as if it had run
+    the work itself (a mistake of its own, mostly)."""
+    try:
+        return await work
+    except Exception as exc:
+        return exc
+
+
+def _reply(channel: trio.MemorySendChannel[T], value: T) -> None:
+    with contextlib.suppress(trio.BrokenResourceError):  # the caller gave up meanwhile
+        channel.send_nowait(value)
 
 
 def _activate(state: SessionState, found: tuple[str, ...]) -> None:

@@ -18,9 +18,7 @@ __all__ = ["MemorySessionStore", "SessionState"]
 @attrs.define(eq=False)
 class _Entry:
     state: SessionState
-    # FIFO (trio.Lock is fair), so the steps of one session apply in arrival order.
-    lock: trio.Lock = attrs.field(factory=trio.Lock)
-    holders: int = 0  # steps holding or waiting for the session: it must not be evicted
+    holders: int = 0  # work holding the session (steps queued or running): never evicted
 
 
 class MemorySessionStore:
@@ -28,8 +26,9 @@ class MemorySessionStore:
 
     A dropped session starts again from a fresh state: it costs one step of paging escalation
     and forgets the tool sets the host forced (pass ``force_sets`` again to restore them). A
-    session held by a step (or waiting for one) is never dropped: the bound may be exceeded
-    by the sessions in use, and is restored as they are released.
+    held session (the step actor holds one while it has steps queued or running) is never
+    dropped, by idle time or by count: the bound may be exceeded by the sessions in use, and
+    is restored as they are released.
 
     Args:
         max_sessions: sessions kept at most (in use ones aside).
@@ -69,12 +68,14 @@ class MemorySessionStore:
 
     @asynccontextmanager
     async def hold(self, session: str) -> AsyncIterator[SessionState]:
-        """See ``SessionStore.hold``: the state yielded is the one kept, looked up once."""
-        entry = self._entry(session)
-        entry.holders += 1
+        """See ``SessionStore.hold``: the state yielded is the one kept, looked up once.
+
+        Holding never waits: the order of a session's steps is the step actor's (its inbox),
+        not the store's; every holder of a session changes the one state."""
+        entry = self._entry(session, holding=True)
         try:
-            async with entry.lock:
-                yield entry.state
+            # No checkpoint: holding is bookkeeping, and the step actor pays for it per step.
+            yield entry.state
         finally:
             entry.holders -= 1
             entry.state.last_seen = self._clock()
@@ -90,22 +91,29 @@ class MemorySessionStore:
     def drop(self, session: str) -> None:
         self._sessions.pop(session, None)
 
-    def _entry(self, session: str) -> _Entry:
+    def _entry(self, session: str, *, holding: bool = False) -> _Entry:
         now = self._clock()
         self._expire(now)
         entry = self._sessions.pop(session, None) or _Entry(SessionState())
         entry.state.last_seen = now
+        if holding:  # before trimming: the session about to be held is in use already
+            entry.holders += 1
         self._sessions[session] = entry
         self._trim()
         return entry
 
     def _expire(self, now: float) -> None:
         # Oldest first: stop at the first idle-fresh session; sessions in use are skipped.
-        for key, entry in list(self._sessions.items()):
+        # No copy of the whole map: this runs on every step, and the map holds up to
+        # ``max_sessions`` entries; only the expired ones are collected.
+        expired = []
+        for key, entry in self._sessions.items():
             if now - entry.state.last_seen < self.idle_s:
                 break
             if not entry.holders:
-                del self._sessions[key]
+                expired.append(key)
+        for key in expired:
+            del self._sessions[key]
 
     def _trim(self) -> None:
         excess = len(self._sessions) - self.max_sessions

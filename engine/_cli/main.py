@@ -22,6 +22,7 @@ from .._core.evaluate import evaluate
 from .._core.recall.index import STRATEGIES, Progress
 from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
+from .gates import add_gate_options, gates_from, shortfalls
 from .inputs import (
     check_expected_ids,
     finite_float,
@@ -111,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    add_gate_options(ev)
     ev.set_defaults(run=_run_eval)
 
     bench = commands.add_parser(
@@ -237,6 +239,7 @@ def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    gates = gates_from(args)
     catalog = read_catalog(args.tools, args.format)
     queries = read_queries(args.queries)
     check_expected_ids(queries, catalog, args.queries)
@@ -257,9 +260,25 @@ def _run_eval(args: argparse.Namespace) -> int:
     report["build_s"] = index.build_s
     report["strategy"] = index.strategy
     report["degraded"] = index.degraded_reason
+    if gates and 5 not in args.k:  # the @5 gates read cut-off 5 whatever --k prints
+        at5 = evaluate(queries, rankings, latencies, ks=[5])
+        gated = {**report, "hit@5": at5["hit@5"], "recall@5": at5["recall@5"]}
+    else:
+        gated = report
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
-        return 0
+    else:
+        _print_eval(report, args, catalog, index)
+    missed = shortfalls(gates, gated)
+    if missed:
+        print(f"toolroute: gate failed: {'; '.join(missed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_eval(
+    report: dict[str, Any], args: argparse.Namespace, catalog: Catalog, index: ToolIndex
+) -> None:
     print(
         f"{report['n']} queries ({report['n_no_tool']} without an expected tool skipped), "
         f"{len(catalog)} tools, strategy {index.strategy}, build {index.build_s:.2f} s"
@@ -272,7 +291,6 @@ def _run_eval(args: argparse.Namespace) -> int:
     latency: dict[str, float] = report["latency_ms"]  # type: ignore[assignment]
     print(f"  {'mrr':16s} {report['mrr']:.3f}")
     print(f"  latency ms       p50 {latency['p50']:.2f}  p95 {latency['p95']:.2f}")
-    return 0
 
 
 def _check_scorable(queries: Sequence[object], args: argparse.Namespace) -> None:

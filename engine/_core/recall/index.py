@@ -19,6 +19,7 @@ from ..catalog.catalog import Catalog
 from ..errors import ConfigError
 from ..outcome import Outcome
 from ..protocols import Embedder
+from ..select.explain import ExplainRequest, check_known, explain_ask
 from ..select.policy import Policy, select
 from ..select.selection import Ranking, Selection
 from ..select.toolsets import ToolSet
@@ -338,6 +339,7 @@ class RecallIndex:
         tool_sets: Sequence[ToolSet] = (),
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
+        explain: bool | Sequence[str] = False,
     ) -> Selection:
         """The tools to show the model for ``query``.
 
@@ -345,6 +347,8 @@ class RecallIndex:
             query: the user's request (or the text extracted from a conversation).
             strategy: ``keyword``, ``semantic`` or ``combined``; the index default otherwise.
             policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
+            explain: ``True`` to explain every shown tool (``Selection.explanations``); a list
+                of tool ids to explain those too when they are hidden.
             Other arguments build the ``Policy`` (see its attributes).
 
         Returns:
@@ -360,6 +364,7 @@ class RecallIndex:
         selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
+        ask = explain_ask(explain)
         if policy is None:
             try:
                 policy = Policy(
@@ -378,7 +383,11 @@ class RecallIndex:
         # Tool sets read the scores of more than the picks: anchors may rank just below them.
         wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
         ranking = self.search(query, wanted, strategy=strategy)
-        return select(ranking, policy, started)
+        request = None
+        if ask is not None:
+            check_known(ask, self.catalog, "explain")
+            request = ExplainRequest(ask=ask, index=self, query=query)
+        return select(ranking, policy, started, explain=request)
 
     def _strategy(self, strategy: Strategy | None) -> Strategy:
         if strategy is None:

@@ -1,0 +1,239 @@
+"""Explanations: why each tool of a selection is shown, and why an asked-about tool is not.
+
+The planner knows every reason as it decides (which rule added a tool, which cut removed
+one); this module turns what it recorded into one frozen ``Explanation`` per tool. No request
+text goes in: matched words are the *tool's* tokens, scores are numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import ConfigError
+from ..outcome import Outcome
+from ..recall.fusion import COVERAGE_WEIGHT, NAME_WEIGHT
+from ..text import keyword_document, tokenize
+
+if TYPE_CHECKING:
+    from ..recall.index import RecallIndex
+    from .selection import Ranking
+
+#: Why a tool is shown (``Explanation.reason`` when ``shown``).
+SHOWN_REASONS = ("ranked", "always_active", "related", "tool_set", "found")
+#: Why a tool is hidden (``Explanation.reason`` when not ``shown``).
+HIDDEN_REASONS = (
+    "max_tools",  # ranked, but past the cap (or past this step's page)
+    "threshold",  # scored below the threshold
+    "adaptive",  # cut at the ranking's elbow
+    "not_recalled",  # not among the candidates recall returned (no match good enough)
+    "routing",  # its server was dropped by server routing
+    "dedup",  # a near-duplicate of another tool, which stands for it
+    "denied",  # on a deny-list, or outside an allow-list
+    "skipped",  # the request had no text: nothing was ranked
+)
+
+
+@attrs.frozen(kw_only=True)
+class Explanation:
+    """Why one tool is shown or hidden. Holds no request text.
+
+    Attributes:
+        tool_id: the tool.
+        shown: whether the selection shows it.
+        reason: one of ``ranked``, ``always_active``, ``related``, ``tool_set``, ``found``
+            (shown), or ``max_tools``, ``threshold``, ``adaptive``, ``not_recalled``,
+            ``routing``, ``dedup``, ``denied``, ``skipped`` (hidden).
+        rank: 1-based position in the recall ranking, ``None`` when not ranked.
+        score: the score on the strategy's scale, ``None`` when not ranked.
+        cosine: the embedding similarity to the request, when the ranking had one.
+        tier: ``full`` (the embedding model), ``fast`` (the fast tier) or ``keyword``.
+        matched_words: the tool's own tokens the request contains (sorted).
+        tool_set: the tool set that pulled it in (``reason = tool_set``).
+        related_to: the ranked tool it is related to (``reason = related``).
+        server: the server routing dropped (``reason = routing``).
+        routing: the routing stage that dropped it (``decision``, ``generative``, …).
+        duplicate_of: the tool standing for it (``reason = dedup``).
+    """
+
+    tool_id: str
+    shown: bool
+    reason: str
+    rank: int | None = None
+    score: float | None = None
+    cosine: float | None = None
+    tier: str = "keyword"
+    matched_words: tuple[str, ...] = ()
+    tool_set: str | None = None
+    related_to: str | None = None
+    server: str | None = None
+    routing: str | None = None
+    duplicate_of: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict with every field (a fixed shape for logs)."""
+        data = attrs.asdict(self)
+        data["matched_words"] = list(self.matched_words)
+        return data
+
+
+@attrs.frozen(kw_only=True)
+class ExplainRequest:
+    """What to explain: the shown tools, plus the hidden tools a caller asked about.
+
+    Attributes:
+        ask: hidden tool ids to explain as well (ids of shown tools are explained anyway).
+        index: the recall index (its catalogue and keyword statistics).
+        query: the request; only its tokens are compared, none is stored.
+    """
+
+    ask: tuple[str, ...]
+    index: RecallIndex
+    query: str
+
+
+@attrs.frozen(kw_only=True)
+class Cuts:
+    """What each rule of the policy kept, in order (recorded by ``apply_policy``)."""
+
+    ranked: tuple[str, ...]
+    past_threshold: frozenset[str]
+    within_cap: frozenset[str]
+    past_elbow: frozenset[str]
+
+    def hidden_reason(self, tool_id: str) -> str:
+        """The first rule that removed a ranked tool, ``not_recalled`` when never ranked."""
+        if tool_id not in self.ranked_set:
+            return "not_recalled"
+        if tool_id not in self.past_threshold:
+            return "threshold"
+        if tool_id not in self.within_cap:
+            return "max_tools"
+        return "adaptive"
+
+    @property
+    def ranked_set(self) -> frozenset[str]:
+        return frozenset(self.ranked)
+
+
+def explain_ask(value: object) -> tuple[str, ...] | None:
+    """The ``explain=`` argument read: ``False``/``None`` → ``None`` (off), ``True`` → the
+    shown tools only, a list of ids → those as well.
+
+    Raises:
+        ConfigError: anything else (a caller's mistake, said plainly).
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence | Collection) and all(isinstance(v, str) for v in value):
+        return tuple(dict.fromkeys(value))
+    raise ConfigError(
+        f"explain must be True, False or a list of tool ids, got {type(value).__name__}"
+    )
+
+
+def check_known(ids: Sequence[str], known: Collection[str], field: str) -> None:
+    """Raise ``ConfigError`` naming the ids of ``field`` that ``known`` does not hold."""
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise ConfigError(
+            f"{field} names tools not in the catalogue: {', '.join(map(repr, unknown))}"
+        )
+
+
+def tier_of(ranking: Ranking) -> str:
+    """Which recall rung produced ``ranking``."""
+    if ranking.strategy == "keyword":
+        return "keyword"
+    if ranking.outcome is Outcome.DEGRADED and "fast" in ranking.reason:
+        return "fast"
+    return "full"
+
+
+def explanations(
+    request: ExplainRequest,
+    ranking: Ranking,
+    shown: Sequence[tuple[str, float | None, str, str | None]],
+    cuts: Cuts | None,
+    *,
+    hidden: Mapping[str, Explanation] | None = None,
+) -> tuple[Explanation, ...]:
+    """One explanation per shown tool (``(id, score, source, pulled in by)``, in order), then
+    one per asked-about hidden tool: from ``hidden`` when the shell's rules (routing, dedup,
+    deny-lists) removed it before ranking, else from the policy's ``cuts``."""
+    catalog = request.index.catalog
+    query_tokens = frozenset(tokenize(request.query))
+    positions = {tool_id: rank for rank, tool_id in enumerate(ranking.tool_ids, 1)}
+    scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
+    tier = tier_of(ranking)
+    cosine = _cosines(request, ranking, tier)
+
+    def record(tool_id: str, shown_: bool, reason: str, **extra: Any) -> Explanation:
+        rank = positions.get(tool_id)
+        words: tuple[str, ...] = ()
+        if query_tokens and tool_id in catalog:
+            extra_text = request.index.extra_text.get(tool_id, "")
+            own = keyword_document(catalog[tool_id], extra_text)
+            words = tuple(sorted(query_tokens.intersection(own)))
+        return Explanation(
+            tool_id=tool_id,
+            shown=shown_,
+            reason=reason,
+            rank=rank,
+            score=scores.get(tool_id),
+            cosine=cosine(tool_id),
+            tier=tier,
+            matched_words=words,
+            **extra,
+        )
+
+    out = []
+    for tool_id, _score, source, by in shown:
+        extra: dict[str, Any] = {}
+        if source == "related":
+            extra["related_to"] = by
+        elif source == "tool_set":
+            extra["tool_set"] = by
+        out.append(record(tool_id, True, source, **extra))
+    on_show = {tool_id for tool_id, *_ in shown}
+    for tool_id in request.ask:
+        if tool_id in on_show:
+            continue
+        if hidden and tool_id in hidden:
+            out.append(attrs.evolve(hidden[tool_id], tier=tier))
+        elif ranking.outcome is Outcome.SKIPPED or cuts is None:
+            out.append(record(tool_id, False, "skipped"))
+        else:
+            out.append(record(tool_id, False, cuts.hidden_reason(tool_id)))
+    return tuple(out)
+
+
+def _cosines(request: ExplainRequest, ranking: Ranking, tier: str) -> Any:
+    """``tool id → cosine`` for a ranking that had one: the score itself for ``semantic``;
+    for ``combined``, the score less the keyword boosts ``fuse`` added."""
+    if tier == "keyword" or not ranking.tool_ids:
+        return lambda _tool_id: None
+    scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
+    if ranking.strategy == "semantic":
+        return scores.get
+    tokens = tokenize(request.query)
+    keyword = request.index.keyword
+    coverage = keyword.coverage(tokens)
+    names = keyword.name_coverage(tokens)
+    position = request.index.catalog.position
+
+    def cosine(tool_id: str) -> float | None:
+        score = scores.get(tool_id)
+        if score is None:
+            return None
+        row = position(tool_id)
+        boost = COVERAGE_WEIGHT * float(coverage[row]) ** 2 + NAME_WEIGHT * float(names[row]) ** 2
+        return round(score - boost, 6)
+
+    return cosine

@@ -283,12 +283,12 @@ def _print_eval(
         f"{report['n']} queries ({report['n_no_tool']} without an expected tool skipped), "
         f"{len(catalog)} tools, strategy {index.strategy}, build {index.build_s:.2f} s"
     )
-    ci: dict[str, list[float]] = report["ci"]  # type: ignore[assignment]
+    ci: dict[str, list[float]] = report["ci"]
     for key in ["top1"] + [f"{m}@{k}" for k in args.k for m in ("hit", "recall", "completeness")]:
         interval = ci.get("hit@1" if key == "top1" else key)
         band = f"  [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
         print(f"  {key:16s} {report[key]:.3f}{band}")
-    latency: dict[str, float] = report["latency_ms"]  # type: ignore[assignment]
+    latency: dict[str, float] = report["latency_ms"]
     print(f"  {'mrr':16s} {report['mrr']:.3f}")
     print(f"  latency ms       p50 {latency['p50']:.2f}  p95 {latency['p95']:.2f}")
 

@@ -177,6 +177,7 @@ class Engine(metaclass=NoPublicConstructor):
         tool_sets: Sequence[ToolSet] | None = None,
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
+        explain: bool | Sequence[str] = False,
     ) -> Selection:
         """The tools to show the model for ``query``.
 
@@ -189,6 +190,8 @@ class Engine(metaclass=NoPublicConstructor):
             related, max_related, forced_sets: as ``Policy``.
             tool_sets: as ``Policy``; the engine's tool sets when not given.
             policy: a prepared ``Policy``; when given, the policy arguments are ignored.
+            explain: ``True`` to explain every shown tool (``Selection.explanations``); a
+                list of tool ids to explain those as well when they are hidden.
 
         Returns:
             A ``Selection``. ``degraded`` when embeddings are not ready, the request's
@@ -214,7 +217,7 @@ class Engine(metaclass=NoPublicConstructor):
             tool_sets=tool_sets,
             forced_sets=forced_sets,
         )
-        return await self._selector.select(query, strategy, policy, options)
+        return await self._selector.select(query, strategy, policy, options, explain)
 
     async def prepare_step(
         self,
@@ -223,6 +226,7 @@ class Engine(metaclass=NoPublicConstructor):
         session: str | None = None,
         force_sets: Iterable[str] = (),
         release_sets: Iterable[str] = (),
+        explain: bool | Sequence[str] = False,
     ) -> StepSelection:
         """The tools to show on the next step of an agent loop.
 
@@ -242,6 +246,8 @@ class Engine(metaclass=NoPublicConstructor):
                 a session: on this step only).
             release_sets: names of tool sets no longer forced nor sticky (applied before
                 ``force_sets``).
+            explain: ``True`` to explain every shown tool (``StepSelection.explanations``);
+                a list of tool ids to explain those as well when they are hidden.
 
         Returns:
             A ``StepSelection`` (``tool_ids=None`` means every tool).
@@ -256,7 +262,7 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** as ``select``: recall degrades to keywords; failed routing keeps
         every server.
         """
-        return await self._steps.prepare_step(messages, session, force_sets, release_sets)
+        return await self._steps.prepare_step(messages, session, force_sets, release_sets, explain)
 
     async def update(
         self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()

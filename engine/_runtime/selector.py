@@ -15,6 +15,12 @@ from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, SelectionFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.recall.index import Strategy
+from .._core.select.explain import (
+    ExplainRequest,
+    check_known,
+    explain_ask,
+    hidden_before_ranking,
+)
 from .._core.select.policy import Policy, select
 from .._core.select.selection import Ranking, Selection
 from .._core.select.steps import anchored
@@ -101,13 +107,24 @@ class Selector:
         self._key = key
 
     async def select(
-        self, query: str, strategy: Strategy | None, policy: Policy | None, options: SelectOptions
+        self,
+        query: str,
+        strategy: Strategy | None,
+        policy: Policy | None,
+        options: SelectOptions,
+        explain: bool | Sequence[str] = False,
     ) -> Selection:
         started = time.perf_counter()
+        ask = explain_ask(explain)
         snapshot = self._keeper.snapshot
         policy = snapshot.served_policy(policy or options.policy(self._config, snapshot.tool_sets))
         index = snapshot.index
         policy.check_ids(index.catalog)
+        request, hidden = None, None
+        if ask is not None:
+            check_known(ask, snapshot.source, "explain")
+            request = ExplainRequest(ask=ask, index=index, query=query)
+            hidden = hidden_before_ranking(ask, representative=snapshot.representative)
         wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
         reranking = self._generator is not None and self._config.rerank.enabled and query.strip()
         if reranking:
@@ -117,7 +134,7 @@ class Selector:
         )
         if reranking:
             ranking, policy = await self._reranked(index, query, ranking, policy)
-        selection = select(ranking, policy, started)
+        selection = select(ranking, policy, started, explain=request, hidden=hidden)
         include = self._config.events.include_queries
         self._publish(
             SelectionFinished(

@@ -18,6 +18,13 @@ from .._core.errors import ConfigError
 from .._core.events import Event, StepFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.select.conversation import extract_query, idle_steps
+from .._core.select.explain import (
+    ExplainRequest,
+    Explanation,
+    check_known,
+    explain_ask,
+    hidden_before_ranking,
+)
 from .._core.select.search_tool import HINT, read_arguments
 from .._core.select.steps import (
     StepInput,
@@ -53,6 +60,8 @@ class StepSelection:
         system_prompts: the active sets' prompts, to append to the host's system prompt.
         routing: the server routing behind this step, when ``selection.route_servers`` is on
             (tools of the servers it dropped are not shown, ``always_active`` ones aside).
+        explanations: when asked for (``explain=``), one ``Explanation`` per shown tool,
+            then one per asked-about hidden tool; empty otherwise.
     """
 
     tool_ids: tuple[str, ...] | None
@@ -64,6 +73,11 @@ class StepSelection:
     active_sets: tuple[str, ...] = ()
     system_prompts: tuple[str, ...] = ()
     routing: RoutingOutcome | None = None
+    explanations: tuple[Explanation, ...] = ()
+
+    def explanation(self, tool_id: str) -> Explanation | None:
+        """The explanation of ``tool_id``, ``None`` when it was not explained."""
+        return next((e for e in self.explanations if e.tool_id == tool_id), None)
 
 
 class Steps:
@@ -116,15 +130,19 @@ class Steps:
         session: str | None,
         force_sets: Iterable[str],
         release_sets: Iterable[str],
+        explain: bool | Sequence[str] = False,
     ) -> StepSelection:
         force = self.set_names(force_sets, "force_sets")
         release = self.set_names(release_sets, "release_sets")
+        ask = explain_ask(explain)
+        if ask is not None:
+            check_known(ask, self._keeper.snapshot.source, "explain")
         if session is None:
-            return await self._step(messages, None, None, force)
+            return await self._step(messages, None, None, force, ask)
         async with self._sessions.hold(session) as state:
             state.release(release)
             state.force(force)
-            return await self._step(messages, session, state, ())
+            return await self._step(messages, session, state, (), ask)
 
     async def _step(
         self,
@@ -132,6 +150,7 @@ class Steps:
         session: str | None,
         state: SessionState | None,
         forced: tuple[str, ...],  # a session's forced sets live in its state
+        ask: tuple[str, ...] | None,
     ) -> StepSelection:
         started = time.perf_counter()
         defaults = self._config.selection
@@ -152,6 +171,16 @@ class Steps:
                 messages, index.catalog, session=session, state=state
             )
             hidden = frozenset(routing.excluded_tools) - set(always)
+        explain, explained = None, {}
+        if ask is not None:
+            explain = ExplainRequest(ask=ask, index=index, query=query)
+            explained = hidden_before_ranking(
+                ask,
+                representative=snapshot.representative,
+                routed_out=hidden,
+                server_of={i: index.catalog[i].server for i in ask if i in hidden},
+                routing_stage=routing.strategy if routing is not None else None,
+            )
         step = StepInput(
             query=query,
             page=page,
@@ -160,6 +189,8 @@ class Steps:
             always=always,
             hidden=hidden,
             sets=sets,
+            explain=explain,
+            explained=explained,
         )
         pick = step_without_ranking(
             step, index.catalog, all_tools_ceiling=defaults.all_tools_ceiling

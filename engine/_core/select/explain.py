@@ -7,7 +7,7 @@ text goes in: matched words are the *tool's* tokens, scores are numbers.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,10 +22,11 @@ if TYPE_CHECKING:
     from .selection import Ranking
 
 #: Why a tool is shown (``Explanation.reason`` when ``shown``).
-SHOWN_REASONS = ("ranked", "always_active", "related", "tool_set", "found")
+SHOWN_REASONS = ("ranked", "always_active", "related", "tool_set", "found", "all_tools")
 #: Why a tool is hidden (``Explanation.reason`` when not ``shown``).
 HIDDEN_REASONS = (
     "max_tools",  # ranked, but past the cap (or past this step's page)
+    "earlier_page",  # ranked above this step's page: an earlier step showed it
     "threshold",  # scored below the threshold
     "adaptive",  # cut at the ranking's elbow
     "not_recalled",  # not among the candidates recall returned (no match good enough)
@@ -43,9 +44,10 @@ class Explanation:
     Attributes:
         tool_id: the tool.
         shown: whether the selection shows it.
-        reason: one of ``ranked``, ``always_active``, ``related``, ``tool_set``, ``found``
-            (shown), or ``max_tools``, ``threshold``, ``adaptive``, ``not_recalled``,
-            ``routing``, ``dedup``, ``denied``, ``skipped`` (hidden).
+        reason: one of ``ranked``, ``always_active``, ``related``, ``tool_set``, ``found``,
+            ``all_tools`` (shown), or ``max_tools``, ``earlier_page``, ``threshold``,
+            ``adaptive``, ``not_recalled``, ``routing``, ``dedup``, ``denied``, ``skipped``
+            (hidden).
         rank: 1-based position in the recall ranking, ``None`` when not ranked.
         score: the score on the strategy's scale, ``None`` when not ranked.
         cosine: the embedding similarity to the request, when the ranking had one.
@@ -138,7 +140,7 @@ def explain_ask(value: object) -> tuple[str, ...] | None:
     )
 
 
-def check_known(ids: Sequence[str], known: Collection[str], field: str) -> None:
+def check_known(ids: Sequence[str], known: Container[str], field: str) -> None:
     """Raise ``ConfigError`` naming the ids of ``field`` that ``known`` does not hold."""
     unknown = [i for i in ids if i not in known]
     if unknown:
@@ -222,6 +224,8 @@ def _cosines(request: ExplainRequest, ranking: Ranking, tier: str) -> Any:
     scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
     if ranking.strategy == "semantic":
         return scores.get
+    if ranking.strategy != "combined":  # a re-ranker's scores are on its own scale
+        return lambda _tool_id: None
     tokens = tokenize(request.query)
     keyword = request.index.keyword
     coverage = keyword.coverage(tokens)
@@ -237,3 +241,56 @@ def _cosines(request: ExplainRequest, ranking: Ranking, tier: str) -> Any:
         return round(score - boost, 6)
 
     return cosine
+
+
+def hidden_before_ranking(
+    ask: Sequence[str],
+    *,
+    representative: Mapping[str, str] | None = None,
+    routed_out: Collection[str] = (),
+    server_of: Mapping[str, str | None] | None = None,
+    routing_stage: str | None = None,
+    denied: Collection[str] = (),
+) -> dict[str, Explanation]:
+    """Explanations of asked-about tools that rules before the ranking removed, by the first
+    rule that applies: a deny-list, then dedup (``representative``: removed → kept), then
+    server routing (``routed_out`` tools, dropped by ``routing_stage``)."""
+    out: dict[str, Explanation] = {}
+    for tool_id in ask:
+        if tool_id in denied:
+            out[tool_id] = Explanation(tool_id=tool_id, shown=False, reason="denied")
+        elif representative and tool_id in representative:
+            out[tool_id] = Explanation(
+                tool_id=tool_id,
+                shown=False,
+                reason="dedup",
+                duplicate_of=representative[tool_id],
+            )
+        elif tool_id in routed_out:
+            out[tool_id] = Explanation(
+                tool_id=tool_id,
+                shown=False,
+                reason="routing",
+                server=(server_of or {}).get(tool_id),
+                routing=routing_stage,
+            )
+    return out
+
+
+def unranked_explanations(
+    ask: Sequence[str],
+    shown: Sequence[tuple[str, str]],
+    hidden: Mapping[str, Explanation],
+    *,
+    hidden_reason: str,
+) -> tuple[Explanation, ...]:
+    """Explanations for a step that ranked nothing: ``shown`` as ``(id, reason)``, then each
+    asked-about hidden tool (``hidden_reason`` unless a rule before ranking removed it)."""
+    out = [Explanation(tool_id=i, shown=True, reason=reason) for i, reason in shown]
+    on_show = {i for i, _ in shown}
+    out.extend(
+        hidden.get(tool_id) or Explanation(tool_id=tool_id, shown=False, reason=hidden_reason)
+        for tool_id in ask
+        if tool_id not in on_show
+    )
+    return tuple(out)

@@ -10,7 +10,7 @@ import attrs
 from ..catalog.catalog import id_tuple
 from ..errors import ConfigError
 from ..outcome import Outcome
-from .explain import Cuts, ExplainRequest, explanations
+from .explain import Cuts, ExplainRequest, Explanation, explanations
 from .selection import Ranking, Selection
 from .toolsets import ToolSet, activated_sets, expand_additive
 
@@ -200,7 +200,12 @@ COSINE_SCALED = frozenset({"semantic", "combined"})
 
 
 def select(
-    ranking: Ranking, policy: Policy, started: float, *, explain: ExplainRequest | None = None
+    ranking: Ranking,
+    policy: Policy,
+    started: float,
+    *,
+    explain: ExplainRequest | None = None,
+    hidden: Mapping[str, Explanation] | None = None,
 ) -> Selection:
     """Apply ``policy`` to a ranking; ``started`` is the ``perf_counter`` time the call began.
 
@@ -235,7 +240,7 @@ def select(
                     None,
                 )
                 picks.append(Pick(tool_id, scores.get(tool_id), "tool_set", by))
-    explained = ()
+    explained: tuple[Explanation, ...] = ()
     if explain is not None:
         recorded = Cuts(
             ranked=ranking.tool_ids,
@@ -244,7 +249,7 @@ def select(
             past_elbow=frozenset(i for i, _ in cuts[2]),
         )
         shown = [(p.id, p.score, p.source, p.by) for p in picks]
-        explained = explanations(explain, ranking, shown, recorded)
+        explained = explanations(explain, ranking, shown, recorded, hidden=hidden)
     return Selection(
         tool_ids=tuple(p.id for p in picks),
         scores=tuple(p.score for p in picks),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..outcome import Outcome
+from .explain import ExplainRequest, Explanation, unranked_explanations
 from .policy import COSINE_SCALED, Policy, select
 from .selection import Ranking
 from .toolsets import ToolSet, activated_sets
@@ -33,6 +34,7 @@ class StepPick:
     outcome: Outcome
     reason: str = ""
     active_sets: tuple[str, ...] = ()
+    explanations: tuple[Explanation, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -47,6 +49,8 @@ class StepInput:
         always: ``always_active`` ids as served (representatives for removed tools).
         hidden: tools of the servers routing dropped.
         sets: the served tool sets.
+        explain: the tools to explain (``None``: no explanations).
+        explained: explanations of asked-about tools that rules before ranking removed.
     """
 
     query: str
@@ -56,6 +60,8 @@ class StepInput:
     always: tuple[str, ...] = ()
     hidden: frozenset[str] = frozenset()
     sets: tuple[ToolSet, ...] = ()
+    explain: ExplainRequest | None = None
+    explained: Mapping[str, Explanation] = attrs.field(factory=dict, hash=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -78,8 +84,21 @@ def step_without_ranking(
     tool (``None``, or every tool routing kept).
     """
     if not step.query.strip():
-        members = (m for s in step.sets if s.name in step.forced for m in s.members)
+        members = tuple(m for s in step.sets if s.name in step.forced for m in s.members)
         shown = tuple(dict.fromkeys((*step.always, *step.found, *members)))
+        explained: tuple[Explanation, ...] = ()
+        if step.explain is not None:
+            why = {
+                **dict.fromkeys(members, "tool_set"),
+                **dict.fromkeys(step.found, "found"),
+                **dict.fromkeys(step.always, "always_active"),
+            }
+            explained = unranked_explanations(
+                step.explain.ask,
+                [(i, why[i]) for i in shown],
+                step.explained,
+                hidden_reason="skipped",
+            )
         return StepPick(
             tool_ids=shown or None,
             query="",
@@ -87,16 +106,26 @@ def step_without_ranking(
             outcome=Outcome.SKIPPED,
             reason="no request text",
             active_sets=step.forced,
+            explanations=explained,
         )
     if step.page >= 2 and len(catalog) - len(step.hidden) <= all_tools_ceiling:
         hidden = step.hidden
         every = tuple(t.id for t in catalog if t.id not in hidden) if hidden else None
+        explained = ()
+        if step.explain is not None:
+            explained = unranked_explanations(
+                step.explain.ask,
+                [(t.id, "all_tools") for t in catalog if t.id not in hidden],
+                step.explained,
+                hidden_reason="routing",
+            )
         return StepPick(
             tool_ids=every,
             query=step.query,
             page=step.page,
             outcome=Outcome.APPLIED,
             active_sets=step.forced,
+            explanations=explained,
         )
     return None
 
@@ -143,7 +172,19 @@ def ranked_step(
         tool_ids=ranking.tool_ids[window.start :],
         scores=ranking.scores[window.start :],
     )
-    chosen = select(this_page, policy, started)
+    explained = dict(step.explained)
+    if step.explain is not None:
+        # Tools ranked above this page were shown by an earlier step.
+        for rank, tool_id in enumerate(ranking.tool_ids[: window.start], 1):
+            if tool_id in step.explain.ask and tool_id not in explained:
+                explained[tool_id] = Explanation(
+                    tool_id=tool_id,
+                    shown=False,
+                    reason="earlier_page",
+                    rank=rank,
+                    score=ranking.scores[rank - 1],
+                )
+    chosen = select(this_page, policy, started, explain=step.explain, hidden=explained)
     selection = StepPick(
         tool_ids=chosen.tool_ids,
         query=step.query,
@@ -151,6 +192,7 @@ def ranked_step(
         outcome=ranking.outcome,
         reason=ranking.reason,
         active_sets=chosen.active_sets,
+        explanations=chosen.explanations,
     )
     return selection, activated
 

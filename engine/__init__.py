@@ -27,6 +27,7 @@ from ._core.outcome import Outcome as Outcome
 from ._core.public import publish as _publish
 from ._core.routing.config import RoutingConfig as RoutingConfig
 from ._core.select.conversation import Messages as Messages
+from ._core.select.explain import Explanation as Explanation
 from ._core.select.policy import Policy as Policy
 from ._core.select.search_tool import search_tools_definition as search_tools_definition
 from ._core.select.selection import Ranking as Ranking
@@ -58,6 +59,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineCrashed",
+    "Explanation",
     "FromConfig",
     "Messages",
     "ModelIntegrityError",

@@ -22,6 +22,7 @@ from .._core.evaluate import evaluate
 from .._core.recall.index import STRATEGIES, Progress
 from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
+from .explaining import explanation_line
 from .gates import add_gate_options, gates_from, shortfalls
 from .inputs import (
     check_expected_ids,
@@ -94,6 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     select.add_argument("--threshold", type=finite_float, default=None, help="minimum score")
     select.add_argument("--no-adaptive", action="store_true", help="do not cut at the elbow")
     select.add_argument("--json", action="store_true", help="print JSON lines")
+    select.add_argument(
+        "--explain",
+        action="append",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="TOOL_ID",
+        help="say why each tool is shown; with a tool id (repeatable), why that one is hidden",
+    )
     select.add_argument("query", nargs="+", help="the request(s)")
     select.set_defaults(run=_run_select)
 
@@ -200,12 +210,16 @@ def _build(
 
 def _run_select(args: argparse.Namespace) -> int:
     index = _build(args, read_catalog(args.tools, args.format))
+    explain: bool | list[str] = False
+    if args.explain is not None:
+        explain = [tool_id for tool_id in args.explain if tool_id] or True
     for query in args.query:
         selection = index.select(
             query,
             max_tools=args.max_tools,
             threshold=args.threshold,
             adaptive=not args.no_adaptive,
+            explain=explain,
         )
         if args.json:
             print(json.dumps({"query": query, **_selection_json(selection)}, ensure_ascii=False))
@@ -215,7 +229,9 @@ def _run_select(args: argparse.Namespace) -> int:
 
 
 def _selection_json(selection: Selection) -> dict[str, Any]:
-    data = attrs.asdict(selection)
+    data = attrs.asdict(selection, filter=lambda field, _: field.name != "explanations")
+    if selection.explanations:
+        data["explanations"] = [e.to_json() for e in selection.explanations]
     data["outcome"] = str(selection.outcome)
     data["latency_ms"] = round(selection.latency_ms, 3)
     return data
@@ -236,6 +252,8 @@ def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None
         print(f"  {rank:2d}. {shown}  {tool_id}{where}{note}")
     if not selection.tool_ids:
         print("  (no tool)")
+    for explanation in selection.explanations:
+        print(f"  {explanation_line(explanation)}")
 
 
 def _run_eval(args: argparse.Namespace) -> int:

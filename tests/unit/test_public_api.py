@@ -36,6 +36,7 @@ PUBLIC = {
     "Engine",
     "EngineConfig",
     "EngineCrashed",
+    "Explanation",
     "FROM_CONFIG",
     "FromConfig",
     "Messages",

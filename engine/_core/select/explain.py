@@ -8,6 +8,7 @@ text goes in: matched words are the *tool's* tokens, scores are numbers.
 from __future__ import annotations
 
 from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -133,7 +134,7 @@ def explain_ask(value: object) -> tuple[str, ...] | None:
         return ()
     if isinstance(value, str):
         return (value,)
-    if isinstance(value, Sequence | Collection) and all(isinstance(v, str) for v in value):
+    if isinstance(value, Sequence | AbstractSet) and all(isinstance(v, str) for v in value):
         return tuple(dict.fromkeys(value))
     raise ConfigError(
         f"explain must be True, False or a list of tool ids, got {type(value).__name__}"

@@ -95,14 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     select.add_argument("--threshold", type=finite_float, default=None, help="minimum score")
     select.add_argument("--no-adaptive", action="store_true", help="do not cut at the elbow")
     select.add_argument("--json", action="store_true", help="print JSON lines")
+    select.add_argument("--explain", action="store_true", help="say why each tool is shown")
     select.add_argument(
-        "--explain",
+        "--explain-tool",
         action="append",
-        nargs="?",
-        const="",
-        default=None,
+        default=[],
         metavar="TOOL_ID",
-        help="say why each tool is shown; with a tool id (repeatable), why that one is hidden",
+        help="say why this tool is shown or hidden (repeatable; implies --explain)",
     )
     select.add_argument("query", nargs="+", help="the request(s)")
     select.set_defaults(run=_run_select)
@@ -210,9 +209,7 @@ def _build(
 
 def _run_select(args: argparse.Namespace) -> int:
     index = _build(args, read_catalog(args.tools, args.format))
-    explain: bool | list[str] = False
-    if args.explain is not None:
-        explain = [tool_id for tool_id in args.explain if tool_id] or True
+    explain: bool | list[str] = args.explain_tool or args.explain
     for query in args.query:
         selection = index.select(
             query,

@@ -518,3 +518,36 @@ def test_eval_gate_out_of_range_is_a_usage_error(
         main(_eval_args(tools_file, queries_file, option, value))
     assert exited.value.code == 2
     assert option in capsys.readouterr().err
+
+
+def test_select_explain_prints_why_each_tool_is_shown_and_an_asked_one_hidden(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["select", "--tools", str(tools_file), "--embedder", "none", "--max-tools", "1"]
+    code = main([*args, "--explain-tool", "create_issue", "weather in Paris"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "why get_weather: shown, ranked #1 (score " in out
+    assert "matched weather" in out
+    assert "why create_issue: hidden, not_recalled" in out
+    assert "Paris" not in out.split("\n", 1)[1]  # only the header echoes the request
+
+
+def test_select_explain_json_carries_the_records(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["select", "--tools", str(tools_file), "--embedder", "none", "--json", "--explain"]
+    assert main([*args, "weather in Paris"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    (explanation,) = line["explanations"]
+    assert explanation["tool_id"] == "get_weather"
+    assert explanation["reason"] == "ranked"
+    assert explanation["matched_words"] == ["weather"]
+
+
+def test_select_explain_of_an_unknown_tool_is_an_error(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["select", "--tools", str(tools_file), "--embedder", "none", "--explain-tool", "nope"]
+    assert main([*args, "weather"]) == 2
+    assert "explain names tools not in the catalogue: 'nope'" in capsys.readouterr().err

@@ -7,7 +7,7 @@ text goes in: matched words are the *tool's* tokens, scores are numbers.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ import attrs
 from ..errors import ConfigError
 from ..outcome import Outcome
 from ..recall.fusion import COVERAGE_WEIGHT, NAME_WEIGHT
-from ..text import keyword_document, tokenize
+from ..text import tokenize
 
 if TYPE_CHECKING:
     from ..recall.index import RecallIndex
@@ -170,29 +170,30 @@ def explanations(
     """One explanation per shown tool (``(id, score, source, pulled in by)``, in order), then
     one per asked-about hidden tool: from ``hidden`` when the shell's rules (routing, dedup,
     deny-lists) removed it before ranking, else from the policy's ``cuts``."""
+    on_show = [tool_id for tool_id, *_ in shown]
+    shown_set = set(on_show)
+    asked = [i for i in request.ask if i not in shown_set and not (hidden and i in hidden)]
     catalog = request.index.catalog
-    query_tokens = frozenset(tokenize(request.query))
+    explained = [i for i in (*on_show, *asked) if i in catalog]
+    rows = [catalog.position(i) for i in explained]
+    tokens = tokenize(request.query)
+    keyword = request.index.keyword
+    matched = dict(zip(explained, keyword.matched_terms(tokens, rows), strict=True))
     positions = {tool_id: rank for rank, tool_id in enumerate(ranking.tool_ids, 1)}
     scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
     tier = tier_of(ranking)
-    cosine = _cosines(request, ranking, tier)
+    cosine = _cosines(request, ranking, tier, tokens, matched)
 
     def record(tool_id: str, shown_: bool, reason: str, **extra: Any) -> Explanation:
-        rank = positions.get(tool_id)
-        words: tuple[str, ...] = ()
-        if query_tokens and tool_id in catalog:
-            extra_text = request.index.extra_text.get(tool_id, "")
-            own = keyword_document(catalog[tool_id], extra_text)
-            words = tuple(sorted(query_tokens.intersection(own)))
         return Explanation(
             tool_id=tool_id,
             shown=shown_,
             reason=reason,
-            rank=rank,
+            rank=positions.get(tool_id),
             score=scores.get(tool_id),
             cosine=cosine(tool_id),
             tier=tier,
-            matched_words=words,
+            matched_words=tuple(sorted(matched.get(tool_id, ()))),
             **extra,
         )
 
@@ -204,9 +205,8 @@ def explanations(
         elif source == "tool_set":
             extra["tool_set"] = by
         out.append(record(tool_id, True, source, **extra))
-    on_show = {tool_id for tool_id, *_ in shown}
     for tool_id in request.ask:
-        if tool_id in on_show:
+        if tool_id in shown_set:
             continue
         if hidden and tool_id in hidden:
             out.append(attrs.evolve(hidden[tool_id], tier=tier))
@@ -217,9 +217,16 @@ def explanations(
     return tuple(out)
 
 
-def _cosines(request: ExplainRequest, ranking: Ranking, tier: str) -> Any:
+def _cosines(
+    request: ExplainRequest,
+    ranking: Ranking,
+    tier: str,
+    tokens: Sequence[str],
+    matched: Mapping[str, Sequence[str]],
+) -> Callable[[str], float | None]:
     """``tool id → cosine`` for a ranking that had one: the score itself for ``semantic``;
-    for ``combined``, the score less the keyword boosts ``fuse`` added."""
+    for ``combined``, the score less the keyword boosts ``fuse`` added (the coverage from the
+    matched terms' IDF, the name coverage from the index)."""
     if tier == "keyword" or not ranking.tool_ids:
         return lambda _tool_id: None
     scores = dict(zip(ranking.tool_ids, ranking.scores, strict=True))
@@ -227,18 +234,19 @@ def _cosines(request: ExplainRequest, ranking: Ranking, tier: str) -> Any:
         return scores.get
     if ranking.strategy != "combined":  # a re-ranker's scores are on its own scale
         return lambda _tool_id: None
-    tokens = tokenize(request.query)
     keyword = request.index.keyword
-    coverage = keyword.coverage(tokens)
+    mass = keyword.query_mass(tokens) or 1.0
     names = keyword.name_coverage(tokens)
+    idf, vocabulary = keyword.bm25_idf, keyword.vocabulary
     position = request.index.catalog.position
 
     def cosine(tool_id: str) -> float | None:
         score = scores.get(tool_id)
         if score is None:
             return None
-        row = position(tool_id)
-        boost = COVERAGE_WEIGHT * float(coverage[row]) ** 2 + NAME_WEIGHT * float(names[row]) ** 2
+        coverage = sum(float(idf[vocabulary[t]]) for t in matched.get(tool_id, ())) / mass
+        name = float(names[position(tool_id)])
+        boost = COVERAGE_WEIGHT * coverage**2 + NAME_WEIGHT * name**2
         return round(score - boost, 6)
 
     return cosine

@@ -20,6 +20,7 @@ from .._core.config import EngineConfig
 from .._core.decide.types import DecisionRequest, DecisionResult
 from .._core.public import NoPublicConstructor
 from .._core.recall.index import Strategy
+from .._core.select.access import ToolAccess, request_access
 from .._core.select.policy import Policy
 from .._core.select.selection import Selection
 from .._core.select.toolsets import ToolSet
@@ -178,6 +179,9 @@ class Engine(metaclass=NoPublicConstructor):
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
         explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> Selection:
         """The tools to show the model for ``query``.
 
@@ -192,6 +196,9 @@ class Engine(metaclass=NoPublicConstructor):
             policy: a prepared ``Policy``; when given, the policy arguments are ignored.
             explain: ``True`` to explain every shown tool (``Selection.explanations``); a
                 list of tool ids to explain those as well when they are hidden.
+            allow: the only tools this request may be shown (narrows before recall).
+            deny: tools this request is never shown, whatever fails open.
+            tenant: the tenant's ``ToolAccess``; ``allow`` and ``deny`` narrow it further.
 
         Returns:
             A ``Selection``. ``degraded`` when embeddings are not ready, the request's
@@ -217,7 +224,8 @@ class Engine(metaclass=NoPublicConstructor):
             tool_sets=tool_sets,
             forced_sets=forced_sets,
         )
-        return await self._selector.select(query, strategy, policy, options, explain)
+        access = request_access(allow, deny, tenant)
+        return await self._selector.select(query, strategy, policy, options, explain, access)
 
     async def prepare_step(
         self,
@@ -227,6 +235,9 @@ class Engine(metaclass=NoPublicConstructor):
         force_sets: Iterable[str] = (),
         release_sets: Iterable[str] = (),
         explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> StepSelection:
         """The tools to show on the next step of an agent loop.
 
@@ -248,6 +259,8 @@ class Engine(metaclass=NoPublicConstructor):
                 ``force_sets``).
             explain: ``True`` to explain every shown tool (``StepSelection.explanations``);
                 a list of tool ids to explain those as well when they are hidden.
+            allow, deny, tenant: as ``select``; with any of them the step never answers
+                ``tool_ids=None`` (every tool) but lists the permitted ones.
 
         Returns:
             A ``StepSelection`` (``tool_ids=None`` means every tool).
@@ -262,7 +275,10 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** as ``select``: recall degrades to keywords; failed routing keeps
         every server.
         """
-        return await self._steps.prepare_step(messages, session, force_sets, release_sets, explain)
+        access = request_access(allow, deny, tenant)
+        return await self._steps.prepare_step(
+            messages, session, force_sets, release_sets, explain, access
+        )
 
     async def update(
         self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
@@ -366,7 +382,14 @@ class Engine(metaclass=NoPublicConstructor):
         return await self._router.route_servers(query, candidates, session)
 
     async def search_tools(
-        self, arguments: object, *, session: str | None = None, k: int = 5
+        self,
+        arguments: object,
+        *,
+        session: str | None = None,
+        k: int = 5,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> dict[str, Any]:
         """Handle a ``search_tools`` call (see ``search_tools_definition``).
 
@@ -374,6 +397,8 @@ class Engine(metaclass=NoPublicConstructor):
             arguments: the call's arguments, ``{"query": ...}`` or its JSON text.
             session: the conversation; the tools found are shown on its next step.
             k: how many tools to return.
+            allow, deny, tenant: as ``select``: a tool they keep out is never found nor
+                activated.
 
         Returns:
             ``{"tools": [{"name", "description", "relevance"}], "hint"}``, ready to send back
@@ -386,4 +411,5 @@ class Engine(metaclass=NoPublicConstructor):
 
         **Fail-open:** as ``select``: recall degrades to keywords.
         """
-        return await self._steps.search_tools(arguments, session, k)
+        access = request_access(allow, deny, tenant)
+        return await self._steps.search_tools(arguments, session, k, access)

@@ -15,6 +15,7 @@ from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, SelectionFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.recall.index import Strategy
+from .._core.select.access import OPEN, ToolAccess, recall_depth
 from .._core.select.explain import (
     ExplainRequest,
     check_known,
@@ -113,6 +114,7 @@ class Selector:
         policy: Policy | None,
         options: SelectOptions,
         explain: bool | Sequence[str] = False,
+        access: ToolAccess = OPEN,
     ) -> Selection:
         started = time.perf_counter()
         ask = explain_ask(explain)
@@ -129,12 +131,15 @@ class Selector:
         reranking = self._generator is not None and self._config.rerank.enabled and query.strip()
         if reranking:
             wanted = max(wanted, rerank_pool_size(policy.max_tools, len(index.catalog)))
+        wanted = recall_depth(wanted, access, len(index.catalog))
         ranking = await self._recall.rank(
             index, query, wanted, strategy, warming=not self._keeper.is_ready
         )
+        if access.restricts:  # the re-ranker never sees what may not be shown
+            ranking = ranking.only(access.only(ranking.tool_ids))
         if reranking:
-            ranking, policy = await self._reranked(index, query, ranking, policy)
-        selection = select(ranking, policy, started, explain=request, hidden=hidden)
+            ranking, policy = await self._reranked(index, query, ranking, policy, access)
+        selection = select(ranking, policy, started, explain=request, hidden=hidden, access=access)
         include = self._config.events.include_queries
         self._publish(
             SelectionFinished(
@@ -152,7 +157,7 @@ class Selector:
         return selection
 
     async def _reranked(
-        self, index: ToolIndex, query: str, ranking: Ranking, policy: Policy
+        self, index: ToolIndex, query: str, ranking: Ranking, policy: Policy, access: ToolAccess
     ) -> tuple[Ranking, Policy]:
         """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
         assert self._generator is not None
@@ -166,7 +171,7 @@ class Selector:
         if len(index.catalog) <= RERANK_TOOL_LIMIT:
             # A small catalogue is shown whole: the model may find what recall missed.
             shown = set(ids)
-            candidates += [t for t in index.catalog if t.id not in shown]
+            candidates += [t for t in index.catalog if t.id not in shown and access.permits(t.id)]
         result = await rerank(
             query,
             candidates,

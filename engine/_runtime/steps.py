@@ -17,6 +17,7 @@ from .._core.config import EngineConfig
 from .._core.errors import ConfigError
 from .._core.events import Event, StepFinished, query_hash
 from .._core.outcome import Outcome
+from .._core.select.access import OPEN, ToolAccess, recall_depth
 from .._core.select.conversation import extract_query, idle_steps
 from .._core.select.explain import (
     ExplainRequest,
@@ -131,6 +132,7 @@ class Steps:
         force_sets: Iterable[str],
         release_sets: Iterable[str],
         explain: bool | Sequence[str] = False,
+        access: ToolAccess = OPEN,
     ) -> StepSelection:
         force = self.set_names(force_sets, "force_sets")
         release = self.set_names(release_sets, "release_sets")
@@ -138,11 +140,11 @@ class Steps:
         if ask is not None:
             check_known(ask, self._keeper.snapshot.source, "explain")
         if session is None:
-            return await self._step(messages, None, None, force, ask)
+            return await self._step(messages, None, None, force, ask, access)
         async with self._sessions.hold(session) as state:
             state.release(release)
             state.force(force)
-            return await self._step(messages, session, state, (), ask)
+            return await self._step(messages, session, state, (), ask, access)
 
     async def _step(
         self,
@@ -151,6 +153,7 @@ class Steps:
         state: SessionState | None,
         forced: tuple[str, ...],  # a session's forced sets live in its state
         ask: tuple[str, ...] | None,
+        access: ToolAccess,
     ) -> StepSelection:
         started = time.perf_counter()
         defaults = self._config.selection
@@ -176,6 +179,7 @@ class Steps:
             explain = ExplainRequest(ask=ask, index=index, query=query)
             explained = hidden_before_ranking(
                 ask,
+                denied=[i for i in ask if not access.permits(i)],
                 representative=snapshot.representative,
                 routed_out=hidden,
                 server_of={i: index.catalog[i].server for i in ask if i in hidden},
@@ -191,13 +195,17 @@ class Steps:
             sets=sets,
             explain=explain,
             explained=explained,
+            access=access,
         )
         pick = step_without_ranking(
             step, index.catalog, all_tools_ceiling=defaults.all_tools_ceiling
         )
         if pick is None:
             window = ranking_window(
-                step, max_tools=defaults.max_tools, all_tools_ceiling=defaults.all_tools_ceiling
+                step,
+                max_tools=defaults.max_tools,
+                all_tools_ceiling=defaults.all_tools_ceiling,
+                catalog_size=len(index.catalog),
             )
             ranking = await self._recall.rank(
                 index, query, window.wanted, None, warming=not self._keeper.is_ready
@@ -231,10 +239,17 @@ class Steps:
             routing=routing,
         )
 
-    async def search_tools(self, arguments: object, session: str | None, k: int) -> dict[str, Any]:
+    async def search_tools(
+        self, arguments: object, session: str | None, k: int, access: ToolAccess = OPEN
+    ) -> dict[str, Any]:
         query = read_arguments(arguments)
         index = self._keeper.snapshot.index
-        ranking = await self._recall.rank(index, query, k, None, warming=not self._keeper.is_ready)
+        depth = recall_depth(k, access, len(index.catalog))
+        ranking = await self._recall.rank(
+            index, query, depth, None, warming=not self._keeper.is_ready
+        )
+        if access.restricts:  # a tool kept out is never found, so never activated
+            ranking = ranking.only(access.only(ranking.tool_ids)[:k])
         if session is not None:
             found = ranking.tool_ids
             if session in self._sessions:  # never waits for a step the session is in

@@ -19,6 +19,7 @@ from ..catalog.catalog import Catalog
 from ..errors import ConfigError
 from ..outcome import Outcome
 from ..protocols import Embedder
+from ..select.access import ToolAccess, recall_depth, request_access
 from ..select.explain import ExplainRequest, check_known, explain_ask
 from ..select.policy import Policy, select
 from ..select.selection import Ranking, Selection
@@ -340,6 +341,9 @@ class RecallIndex:
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
         explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> Selection:
         """The tools to show the model for ``query``.
 
@@ -349,6 +353,9 @@ class RecallIndex:
             policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
             explain: ``True`` to explain every shown tool (``Selection.explanations``); a list
                 of tool ids to explain those too when they are hidden.
+            allow: the only tools that may be shown (narrows before recall).
+            deny: tools never shown, whatever else would add them.
+            tenant: the tenant's ``ToolAccess``; ``allow``/``deny`` narrow it further.
             Other arguments build the ``Policy`` (see its attributes).
 
         Returns:
@@ -365,6 +372,7 @@ class RecallIndex:
         """
         started = time.perf_counter()
         ask = explain_ask(explain)
+        access = request_access(allow, deny, tenant)
         if policy is None:
             try:
                 policy = Policy(
@@ -382,12 +390,13 @@ class RecallIndex:
         policy.check_ids(self.catalog)
         # Tool sets read the scores of more than the picks: anchors may rank just below them.
         wanted = max(policy.max_tools, 1) * (3 if policy.tool_sets else 1)
+        wanted = recall_depth(wanted, access, len(self.catalog))
         ranking = self.search(query, wanted, strategy=strategy)
         request = None
         if ask is not None:
             check_known(ask, self.catalog, "explain")
             request = ExplainRequest(ask=ask, index=self, query=query)
-        return select(ranking, policy, started, explain=request)
+        return select(ranking, policy, started, explain=request, access=access)
 
     def _strategy(self, strategy: Strategy | None) -> Strategy:
         if strategy is None:

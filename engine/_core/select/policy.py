@@ -10,7 +10,8 @@ import attrs
 from ..catalog.catalog import id_tuple
 from ..errors import ConfigError
 from ..outcome import Outcome
-from .explain import Cuts, ExplainRequest, Explanation, explanations
+from .access import OPEN, ToolAccess
+from .explain import Cuts, ExplainRequest, Explanation, explanations, hidden_before_ranking
 from .selection import Ranking, Selection
 from .toolsets import ToolSet, activated_sets, expand_additive
 
@@ -206,13 +207,20 @@ def select(
     *,
     explain: ExplainRequest | None = None,
     hidden: Mapping[str, Explanation] | None = None,
+    access: ToolAccess = OPEN,
 ) -> Selection:
     """Apply ``policy`` to a ranking; ``started`` is the ``perf_counter`` time the call began.
 
     The threshold applies only to a ranking judged normally: a degraded one is on another
     scale (keyword-only). With ``explain``, the selection carries one ``Explanation`` per
-    shown tool and per asked-about hidden tool, from the cuts as they were made.
+    shown tool and per asked-about hidden tool, from the cuts as they were made. ``access``
+    removes what it does not permit before any cut and from every rule's additions.
     """
+    if access.restricts:
+        ranking = ranking.only(access.only(ranking.tool_ids))
+        if explain is not None:
+            denied = [i for i in explain.ask if not access.permits(i)]
+            hidden = {**(hidden or {}), **hidden_before_ranking(denied, denied=denied)}
     ranked = list(zip(ranking.tool_ids, ranking.scores, strict=True))
     cuts = policy_cuts(
         ranked,
@@ -240,6 +248,8 @@ def select(
                     None,
                 )
                 picks.append(Pick(tool_id, scores.get(tool_id), "tool_set", by))
+    if access.restricts:
+        picks = [p for p in picks if access.permits(p.id)]
     explained: tuple[Explanation, ...] = ()
     if explain is not None:
         recorded = Cuts(

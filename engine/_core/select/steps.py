@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..outcome import Outcome
+from .access import OPEN, ToolAccess, recall_depth
 from .explain import ExplainRequest, Explanation, unranked_explanations
 from .policy import COSINE_SCALED, Policy, select
 from .selection import Ranking
@@ -49,6 +50,7 @@ class StepInput:
         always: ``always_active`` ids as served (representatives for removed tools).
         hidden: tools of the servers routing dropped.
         sets: the served tool sets.
+        access: the allow- and deny-lists of this step (``OPEN``: none).
         explain: the tools to explain (``None``: no explanations).
         explained: explanations of asked-about tools that rules before ranking removed.
     """
@@ -60,6 +62,7 @@ class StepInput:
     always: tuple[str, ...] = ()
     hidden: frozenset[str] = frozenset()
     sets: tuple[ToolSet, ...] = ()
+    access: ToolAccess = OPEN
     explain: ExplainRequest | None = None
     explained: Mapping[str, Explanation] = attrs.field(factory=dict, hash=False)
 
@@ -85,7 +88,7 @@ def step_without_ranking(
     """
     if not step.query.strip():
         members = tuple(m for s in step.sets if s.name in step.forced for m in s.members)
-        shown = tuple(dict.fromkeys((*step.always, *step.found, *members)))
+        shown = step.access.only(dict.fromkeys((*step.always, *step.found, *members)))
         explained: tuple[Explanation, ...] = ()
         if step.explain is not None:
             why = {
@@ -109,13 +112,19 @@ def step_without_ranking(
             explanations=explained,
         )
     if step.page >= 2 and len(catalog) - len(step.hidden) <= all_tools_ceiling:
-        hidden = step.hidden
-        every = tuple(t.id for t in catalog if t.id not in hidden) if hidden else None
+        hidden, access = step.hidden, step.access
+        every = None  # "every tool", unless something keeps tools out
+        if hidden or access.restricts:
+            every = tuple(t.id for t in catalog if t.id not in hidden and access.permits(t.id))
         explained = ()
         if step.explain is not None:
             explained = unranked_explanations(
                 step.explain.ask,
-                [(t.id, "all_tools") for t in catalog if t.id not in hidden],
+                [
+                    (t.id, "all_tools")
+                    for t in catalog
+                    if t.id not in hidden and access.permits(t.id)
+                ],
                 step.explained,
                 hidden_reason="routing",
             )
@@ -130,17 +139,23 @@ def step_without_ranking(
     return None
 
 
-def ranking_window(step: StepInput, *, max_tools: int, all_tools_ceiling: int) -> RankingWindow:
-    """Which part of the ranking a ranked step shows, and how much of it to rank."""
+def ranking_window(
+    step: StepInput, *, max_tools: int, all_tools_ceiling: int, catalog_size: int | None = None
+) -> RankingWindow:
+    """Which part of the ranking a ranked step shows, and how much of it to rank (an
+    allow-list ranks the whole ``catalog_size``: see ``recall_depth``)."""
     if step.page >= 2:
-        wanted = all_tools_ceiling + len(step.hidden)
+        wanted = all_tools_ceiling + len(step.hidden) + len(step.access.deny)
+        if step.access.allow is not None:
+            wanted = max(wanted, len(step.access.allow) + len(step.hidden))
         return RankingWindow(start=0, count=all_tools_ceiling, wanted=wanted)
     start = step.page * max_tools
     # Tool sets read the scores of more than the picks: anchors may rank just below.
+    wanted = start + max_tools * (3 if step.sets else 1) + len(step.hidden)
     return RankingWindow(
         start=start,
         count=max_tools,
-        wanted=start + max_tools * (3 if step.sets else 1) + len(step.hidden),
+        wanted=recall_depth(wanted, step.access, catalog_size or wanted),
     )
 
 
@@ -157,8 +172,11 @@ def ranked_step(
 ) -> tuple[StepPick, tuple[str, ...]]:
     """What the step shows from ``ranking``, and the sets an anchor activated (to make
     sticky on the session)."""
-    if step.hidden:
-        ranking = ranking.only(i for i in ranking.tool_ids if i not in step.hidden)
+    if step.hidden or step.access.restricts:
+        access = step.access
+        ranking = ranking.only(
+            i for i in ranking.tool_ids if i not in step.hidden and access.permits(i)
+        )
     activated = anchored(ranking, step.sets)
     policy = Policy(
         max_tools=window.count,
@@ -184,7 +202,9 @@ def ranked_step(
                     rank=rank,
                     score=ranking.scores[rank - 1],
                 )
-    chosen = select(this_page, policy, started, explain=step.explain, hidden=explained)
+    chosen = select(
+        this_page, policy, started, explain=step.explain, hidden=explained, access=step.access
+    )
     selection = StepPick(
         tool_ids=chosen.tool_ids,
         query=step.query,

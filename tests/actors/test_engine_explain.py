@@ -111,7 +111,10 @@ async def test_next_page_explains_the_first_pages_tools_as_shown_earlier(
         first = await engine.prepare_step(user("weather forecast email"), explain=True)
         assert first.tool_ids is not None
         top = first.tool_ids[0]
-        idle = [*user("weather forecast email"), {"role": "assistant", "content": "weather forecast email"}]
+        idle = [
+            *user("weather forecast email"),
+            {"role": "assistant", "content": "weather forecast email"},
+        ]
         second = await engine.prepare_step(idle, explain=[top])
     assert second.page == 1
     earlier = second.explanation(top)

@@ -53,6 +53,7 @@ PUBLIC = {
     "Server",
     "StepSelection",
     "Tool",
+    "ToolAccess",
     "ToolIndex",
     "ToolSet",
     "ToolrouteError",

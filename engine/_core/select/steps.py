@@ -102,8 +102,10 @@ def step_without_ranking(
                 step.explained,
                 hidden_reason="skipped",
             )
+        # Nothing pinned shows every tool: every permitted one when lists keep some out.
+        every = step.access.only(catalog.ids) if step.access.restricts else None
         return StepPick(
-            tool_ids=shown or None,
+            tool_ids=shown or every,
             query="",
             page=step.page,
             outcome=Outcome.SKIPPED,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -19,8 +19,31 @@ from ..recall.fusion import COVERAGE_WEIGHT, NAME_WEIGHT
 from ..text import tokenize
 
 if TYPE_CHECKING:
-    from ..recall.index import RecallIndex
-    from .selection import Ranking
+    from ..catalog.catalog import Catalog
+    from ..recall.keyword import KeywordIndex
+
+
+class ExplainedIndex(Protocol):
+    """What explaining reads of the recall index (``RecallIndex`` has it)."""
+
+    catalog: Catalog
+    keyword: KeywordIndex
+
+
+class ExplainedRanking(Protocol):
+    """What explaining reads of a ranking (``Ranking`` has it)."""
+
+    @property
+    def tool_ids(self) -> tuple[str, ...]: ...
+    @property
+    def scores(self) -> tuple[float, ...]: ...
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def reason(self) -> str: ...
+
 
 #: Why a tool is shown (``Explanation.reason`` when ``shown``).
 SHOWN_REASONS = ("ranked", "always_active", "related", "tool_set", "found", "all_tools")
@@ -93,7 +116,7 @@ class ExplainRequest:
     """
 
     ask: tuple[str, ...]
-    index: RecallIndex
+    index: ExplainedIndex
     query: str
 
 
@@ -150,7 +173,7 @@ def check_known(ids: Sequence[str], known: Container[str], field: str) -> None:
         )
 
 
-def tier_of(ranking: Ranking) -> str:
+def tier_of(ranking: ExplainedRanking) -> str:
     """Which recall rung produced ``ranking``."""
     if ranking.strategy == "keyword":
         return "keyword"
@@ -161,7 +184,7 @@ def tier_of(ranking: Ranking) -> str:
 
 def explanations(
     request: ExplainRequest,
-    ranking: Ranking,
+    ranking: ExplainedRanking,
     shown: Sequence[tuple[str, float | None, str, str | None]],
     cuts: Cuts | None,
     *,
@@ -219,7 +242,7 @@ def explanations(
 
 def _cosines(
     request: ExplainRequest,
-    ranking: Ranking,
+    ranking: ExplainedRanking,
     tier: str,
     tokens: Sequence[str],
     matched: Mapping[str, Sequence[str]],

@@ -26,7 +26,9 @@ from ._core.errors import ToolrouteError as ToolrouteError
 from ._core.outcome import Outcome as Outcome
 from ._core.public import publish as _publish
 from ._core.routing.config import RoutingConfig as RoutingConfig
+from ._core.select.access import ToolAccess as ToolAccess
 from ._core.select.conversation import Messages as Messages
+from ._core.select.explain import Explanation as Explanation
 from ._core.select.policy import Policy as Policy
 from ._core.select.search_tool import search_tools_definition as search_tools_definition
 from ._core.select.selection import Ranking as Ranking
@@ -59,6 +61,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineCrashed",
+    "Explanation",
     "FromConfig",
     "Messages",
     "ModelIntegrityError",
@@ -75,6 +78,7 @@ __all__ = [
     "StepSelection",
     "Strategy",
     "Tool",
+    "ToolAccess",
     "ToolIndex",
     "ToolSet",
     "ToolrouteError",

@@ -22,6 +22,8 @@ from .._core.evaluate import evaluate
 from .._core.recall.index import STRATEGIES, Progress
 from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
+from .explaining import explanation_line
+from .gates import add_gate_options, gates_from, shortfalls
 from .inputs import (
     check_expected_ids,
     finite_float,
@@ -93,6 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     select.add_argument("--threshold", type=finite_float, default=None, help="minimum score")
     select.add_argument("--no-adaptive", action="store_true", help="do not cut at the elbow")
     select.add_argument("--json", action="store_true", help="print JSON lines")
+    select.add_argument("--explain", action="store_true", help="say why each tool is shown")
+    select.add_argument(
+        "--explain-tool",
+        action="append",
+        default=[],
+        metavar="TOOL_ID",
+        help="say why this tool is shown or hidden (repeatable; implies --explain)",
+    )
     select.add_argument("query", nargs="+", help="the request(s)")
     select.set_defaults(run=_run_select)
 
@@ -111,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--seed", type=int, default=0, help="seed of --sample (0)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    add_gate_options(ev)
     ev.set_defaults(run=_run_eval)
 
     bench = commands.add_parser(
@@ -198,12 +209,14 @@ def _build(
 
 def _run_select(args: argparse.Namespace) -> int:
     index = _build(args, read_catalog(args.tools, args.format))
+    explain: bool | list[str] = args.explain_tool or args.explain
     for query in args.query:
         selection = index.select(
             query,
             max_tools=args.max_tools,
             threshold=args.threshold,
             adaptive=not args.no_adaptive,
+            explain=explain,
         )
         if args.json:
             print(json.dumps({"query": query, **_selection_json(selection)}, ensure_ascii=False))
@@ -213,7 +226,9 @@ def _run_select(args: argparse.Namespace) -> int:
 
 
 def _selection_json(selection: Selection) -> dict[str, Any]:
-    data = attrs.asdict(selection)
+    data = attrs.asdict(selection, filter=lambda field, _: field.name != "explanations")
+    if selection.explanations:
+        data["explanations"] = [e.to_json() for e in selection.explanations]
     data["outcome"] = str(selection.outcome)
     data["latency_ms"] = round(selection.latency_ms, 3)
     return data
@@ -234,9 +249,12 @@ def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None
         print(f"  {rank:2d}. {shown}  {tool_id}{where}{note}")
     if not selection.tool_ids:
         print("  (no tool)")
+    for explanation in selection.explanations:
+        print(f"  {explanation_line(explanation)}")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
+    gates = gates_from(args)
     catalog = read_catalog(args.tools, args.format)
     queries = read_queries(args.queries)
     check_expected_ids(queries, catalog, args.queries)
@@ -257,22 +275,37 @@ def _run_eval(args: argparse.Namespace) -> int:
     report["build_s"] = index.build_s
     report["strategy"] = index.strategy
     report["degraded"] = index.degraded_reason
+    if gates and 5 not in args.k:  # the @5 gates read cut-off 5 whatever --k prints
+        at5 = evaluate(queries, rankings, latencies, ks=[5])
+        gated = {**report, "hit@5": at5["hit@5"], "recall@5": at5["recall@5"]}
+    else:
+        gated = report
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
-        return 0
+    else:
+        _print_eval(report, args, catalog, index)
+    missed = shortfalls(gates, gated)
+    if missed:
+        print(f"toolroute: gate failed: {'; '.join(missed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_eval(
+    report: dict[str, Any], args: argparse.Namespace, catalog: Catalog, index: ToolIndex
+) -> None:
     print(
         f"{report['n']} queries ({report['n_no_tool']} without an expected tool skipped), "
         f"{len(catalog)} tools, strategy {index.strategy}, build {index.build_s:.2f} s"
     )
-    ci: dict[str, list[float]] = report["ci"]  # type: ignore[assignment]
+    ci: dict[str, list[float]] = report["ci"]
     for key in ["top1"] + [f"{m}@{k}" for k in args.k for m in ("hit", "recall", "completeness")]:
         interval = ci.get("hit@1" if key == "top1" else key)
         band = f"  [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
         print(f"  {key:16s} {report[key]:.3f}{band}")
-    latency: dict[str, float] = report["latency_ms"]  # type: ignore[assignment]
+    latency: dict[str, float] = report["latency_ms"]
     print(f"  {'mrr':16s} {report['mrr']:.3f}")
     print(f"  latency ms       p50 {latency['p50']:.2f}  p95 {latency['p95']:.2f}")
-    return 0
 
 
 def _check_scorable(queries: Sequence[object], args: argparse.Namespace) -> None:

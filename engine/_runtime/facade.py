@@ -20,6 +20,7 @@ from .._core.config import EngineConfig
 from .._core.decide.types import DecisionRequest, DecisionResult
 from .._core.public import NoPublicConstructor
 from .._core.recall.index import RecallIndex, Strategy
+from .._core.select.access import ToolAccess, request_access
 from .._core.select.policy import Policy
 from .._core.select.selection import Selection
 from .._core.select.toolsets import ToolSet
@@ -178,6 +179,10 @@ class Engine(metaclass=NoPublicConstructor):
         tool_sets: Sequence[ToolSet] | None = None,
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
+        explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> Selection:
         """The tools to show the model for ``query``.
 
@@ -190,6 +195,11 @@ class Engine(metaclass=NoPublicConstructor):
             related, max_related, forced_sets: as ``Policy``.
             tool_sets: as ``Policy``; the engine's tool sets when not given.
             policy: a prepared ``Policy``; when given, the policy arguments are ignored.
+            explain: ``True`` to explain every shown tool (``Selection.explanations``); a
+                list of tool ids to explain those as well when they are hidden.
+            allow: the only tools this request may be shown (narrows before recall).
+            deny: tools this request is never shown, whatever fails open.
+            tenant: the tenant's ``ToolAccess``; ``allow`` and ``deny`` narrow it further.
 
         Returns:
             A ``Selection``. ``degraded`` when embeddings are not ready, the request's
@@ -215,7 +225,8 @@ class Engine(metaclass=NoPublicConstructor):
             tool_sets=tool_sets,
             forced_sets=forced_sets,
         )
-        return await self._selector.select(query, strategy, policy, options)
+        access = request_access(allow, deny, tenant)
+        return await self._selector.select(query, strategy, policy, options, explain, access)
 
     async def prepare_step(
         self,
@@ -224,6 +235,10 @@ class Engine(metaclass=NoPublicConstructor):
         session: str | None = None,
         force_sets: Iterable[str] = (),
         release_sets: Iterable[str] = (),
+        explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> StepSelection:
         """The tools to show on the next step of an agent loop.
 
@@ -243,6 +258,10 @@ class Engine(metaclass=NoPublicConstructor):
                 a session: on this step only).
             release_sets: names of tool sets no longer forced nor sticky (applied before
                 ``force_sets``).
+            explain: ``True`` to explain every shown tool (``StepSelection.explanations``);
+                a list of tool ids to explain those as well when they are hidden.
+            allow, deny, tenant: as ``select``; with any of them the step never answers
+                ``tool_ids=None`` (every tool) but lists the permitted ones.
 
         Returns:
             A ``StepSelection`` (``tool_ids=None`` means every tool).
@@ -257,7 +276,10 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** as ``select``: recall degrades to keywords; failed routing keeps
         every server.
         """
-        return await self._steps.prepare_step(messages, session, force_sets, release_sets)
+        access = request_access(allow, deny, tenant)
+        return await self._steps.prepare_step(
+            messages, session, force_sets, release_sets, explain, access
+        )
 
     async def update(
         self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
@@ -363,7 +385,14 @@ class Engine(metaclass=NoPublicConstructor):
         return await self._steps.route_session(query, candidates, session)  # in session order
 
     async def search_tools(
-        self, arguments: object, *, session: str | None = None, k: int = 5
+        self,
+        arguments: object,
+        *,
+        session: str | None = None,
+        k: int = 5,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> dict[str, Any]:
         """Handle a ``search_tools`` call (see ``search_tools_definition``).
 
@@ -371,6 +400,8 @@ class Engine(metaclass=NoPublicConstructor):
             arguments: the call's arguments, ``{"query": ...}`` or its JSON text.
             session: the conversation; the tools found are shown on its next step.
             k: how many tools to return.
+            allow, deny, tenant: as ``select``: a tool they keep out is never found nor
+                activated.
 
         Returns:
             ``{"tools": [{"name", "description", "relevance"}], "hint"}``, ready to send back
@@ -383,4 +414,5 @@ class Engine(metaclass=NoPublicConstructor):
 
         **Fail-open:** as ``select``: recall degrades to keywords.
         """
-        return await self._steps.search_tools(arguments, session, k)
+        access = request_access(allow, deny, tenant)
+        return await self._steps.search_tools(arguments, session, k, access)

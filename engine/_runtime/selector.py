@@ -15,6 +15,13 @@ from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, SelectionFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.recall.index import RecallIndex
+from .._core.select.access import OPEN, ToolAccess, recall_depth
+from .._core.select.explain import (
+    ExplainRequest,
+    check_known,
+    explain_ask,
+    hidden_before_ranking,
+)
 from .._core.select.plan import (
     chosen_strategy,
     plan_select,
@@ -108,8 +115,11 @@ class Selector:
         strategy: Strategy | str | None,
         policy: Policy | None,
         options: SelectOptions,
+        explain: bool | Sequence[str] = False,
+        access: ToolAccess = OPEN,
     ) -> Selection:
         started = time.perf_counter()
+        ask = explain_ask(explain)
         snapshot = self._keeper.snapshot
         if policy is None:
             policy = options.policy(self._config, snapshot.tool_sets)
@@ -117,6 +127,11 @@ class Selector:
             raise ConfigError(f"policy must be a Policy or None, got {type(policy).__name__}")
         policy = snapshot.served_policy(policy)
         index = snapshot.index
+        request, hidden = None, None
+        if ask is not None:
+            check_known(ask, snapshot.source, "explain")
+            request = ExplainRequest(ask=ask, index=index, query=query)
+            hidden = hidden_before_ranking(ask, representative=snapshot.representative)
         plan = plan_select(
             query,
             chosen_strategy(strategy, has_embedder=self._recall.has_embedder, strict=False),
@@ -125,13 +140,16 @@ class Selector:
             catalogue_size=len(index.catalog),
             can_rerank=self._generator is not None and self._config.rerank.enabled,
         )
+        wanted = recall_depth(plan.wanted, access, len(index.catalog))
         ranking = await self._recall.rank(
-            index, query, plan.wanted, plan.strategy, warming=not self._keeper.is_ready
+            index, query, wanted, plan.strategy, warming=not self._keeper.is_ready
         )
+        if access.restricts:  # the re-ranker never sees what may not be shown
+            ranking = ranking.only(access.only(ranking.tool_ids))
         policy = plan.policy
         if plan.rerank:
-            ranking, policy = await self._reranked(index, query, ranking, policy)
-        selection = select(ranking, policy, started)
+            ranking, policy = await self._reranked(index, query, ranking, policy, access)
+        selection = select(ranking, policy, started, explain=request, hidden=hidden, access=access)
         include = self._config.events.include_queries
         self._publish(
             SelectionFinished(
@@ -149,11 +167,11 @@ class Selector:
         return selection
 
     async def _reranked(
-        self, index: RecallIndex, query: str, ranking: Ranking, policy: Policy
+        self, index: RecallIndex, query: str, ranking: Ranking, policy: Policy, access: ToolAccess
     ) -> tuple[Ranking, Policy]:
         """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
         assert self._generator is not None
-        ids = rerank_candidates(ranking, policy, index.catalog.ids)
+        ids = [i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)]
         result = await rerank(
             query,
             [index.catalog[i] for i in ids],

@@ -30,7 +30,15 @@ from .._core.config import EngineConfig
 from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, StepFinished, query_hash
 from .._core.outcome import Outcome
+from .._core.select.access import OPEN, ToolAccess, recall_depth
 from .._core.select.conversation import extract_query, idle_steps
+from .._core.select.explain import (
+    ExplainRequest,
+    Explanation,
+    check_known,
+    explain_ask,
+    hidden_before_ranking,
+)
 from .._core.select.search_tool import HINT, read_arguments
 from .._core.select.steps import (
     StepInput,
@@ -67,6 +75,8 @@ class StepSelection:
         system_prompts: the active sets' prompts, to append to the host's system prompt.
         routing: the server routing behind this step, when ``selection.route_servers`` is on
             (tools of the servers it dropped are not shown, ``always_active`` ones aside).
+        explanations: when asked for (``explain=``), one ``Explanation`` per shown tool,
+            then one per asked-about hidden tool; empty otherwise.
     """
 
     tool_ids: tuple[str, ...] | None
@@ -78,6 +88,11 @@ class StepSelection:
     active_sets: tuple[str, ...] = ()
     system_prompts: tuple[str, ...] = ()
     routing: RoutingOutcome | None = None
+    explanations: tuple[Explanation, ...] = ()
+
+    def explanation(self, tool_id: str) -> Explanation | None:
+        """The explanation of ``tool_id``, ``None`` when it was not explained."""
+        return next((e for e in self.explanations if e.tool_id == tool_id), None)
 
 
 @attrs.frozen(eq=False)
@@ -92,6 +107,8 @@ class PrepareStep:
     session: str | None
     force: tuple[str, ...]
     release: tuple[str, ...]
+    ask: tuple[str, ...] | None  # hidden tools to explain too (``None``: no explanations)
+    access: ToolAccess
     scope: trio.CancelScope
     reply: trio.MemorySendChannel[StepSelection | Exception]
 
@@ -262,6 +279,8 @@ class Steps:
         session: str | None,
         force_sets: Iterable[str],
         release_sets: Iterable[str],
+        explain: bool | Sequence[str] = False,
+        access: ToolAccess = OPEN,
     ) -> StepSelection:
         """One step, through the actor (see ``Engine.prepare_step``).
 
@@ -270,8 +289,13 @@ class Steps:
         """
         force = self.set_names(force_sets, "force_sets")
         release = self.set_names(release_sets, "release_sets")
+        ask = explain_ask(explain)
+        if ask is not None:
+            check_known(ask, self._keeper.snapshot.source, "explain")
         reply, answer = trio.open_memory_channel[StepSelection | Exception](1)
-        request = PrepareStep(messages, session, force, release, trio.CancelScope(), reply)
+        request = PrepareStep(
+            messages, session, force, release, ask, access, trio.CancelScope(), reply
+        )
         result = await self._ask(request, answer)
         if isinstance(result, Exception):
             raise result
@@ -300,11 +324,12 @@ class Steps:
         return result
 
     async def _prepare(self, request: PrepareStep, state: SessionState | None) -> StepSelection:
+        ask, access = request.ask, request.access
         if state is None:
-            return await self._step(request.messages, None, None, request.force)
+            return await self._step(request.messages, None, None, request.force, ask, access)
         state.release(request.release)
         state.force(request.force)
-        return await self._step(request.messages, request.session, state, ())
+        return await self._step(request.messages, request.session, state, (), ask, access)
 
     def _unserved(self, messages: Messages) -> StepSelection:
         reason = "the step service is not running"
@@ -323,6 +348,8 @@ class Steps:
         session: str | None,
         state: SessionState | None,
         forced: tuple[str, ...],  # a session's forced sets live in its state
+        ask: tuple[str, ...] | None,
+        access: ToolAccess,
     ) -> StepSelection:
         started = time.perf_counter()
         defaults = self._config.selection
@@ -343,6 +370,17 @@ class Steps:
                 messages, index.catalog, session=session, state=state
             )
             hidden = frozenset(routing.excluded_tools) - set(always)
+        explain, explained = None, {}
+        if ask is not None:
+            explain = ExplainRequest(ask=ask, index=index, query=query)
+            explained = hidden_before_ranking(
+                ask,
+                denied=[i for i in ask if not access.permits(i)],
+                representative=snapshot.representative,
+                routed_out=hidden,
+                server_of={i: index.catalog[i].server for i in ask if i in hidden},
+                routing_stage=routing.strategy if routing is not None else None,
+            )
         step = StepInput(
             query=query,
             page=page,
@@ -351,13 +389,19 @@ class Steps:
             always=always,
             hidden=hidden,
             sets=sets,
+            explain=explain,
+            explained=explained,
+            access=access,
         )
         pick = step_without_ranking(
             step, index.catalog, all_tools_ceiling=defaults.all_tools_ceiling
         )
         if pick is None:
             window = ranking_window(
-                step, max_tools=defaults.max_tools, all_tools_ceiling=defaults.all_tools_ceiling
+                step,
+                max_tools=defaults.max_tools,
+                all_tools_ceiling=defaults.all_tools_ceiling,
+                catalog_size=len(index.catalog),
             )
             ranking = await self._recall.rank(
                 index, query, window.wanted, None, warming=not self._keeper.is_ready
@@ -391,10 +435,17 @@ class Steps:
             routing=routing,
         )
 
-    async def search_tools(self, arguments: object, session: str | None, k: int) -> dict[str, Any]:
+    async def search_tools(
+        self, arguments: object, session: str | None, k: int, access: ToolAccess = OPEN
+    ) -> dict[str, Any]:
         query = read_arguments(arguments)
         index = self._keeper.snapshot.index
-        ranking = await self._recall.rank(index, query, k, None, warming=not self._keeper.is_ready)
+        depth = recall_depth(k, access, len(index.catalog))
+        ranking = await self._recall.rank(
+            index, query, depth, None, warming=not self._keeper.is_ready
+        )
+        if access.restricts:  # a tool kept out is never found, so never activated
+            ranking = ranking.only(access.only(ranking.tool_ids)[:k])
         if session is not None:
             found = ranking.tool_ids
             if session in self._sessions:  # never waits for a step the session is in

@@ -22,6 +22,8 @@ from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
+from .._core.select.access import ToolAccess, recall_depth, request_access
+from .._core.select.explain import ExplainRequest, check_known, explain_ask
 from .._core.select.plan import (
     RequestVector,
     Verdict,
@@ -319,6 +321,10 @@ class ToolIndex:
         tool_sets: Sequence[ToolSet] = (),
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
+        explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> Selection:
         """The tools to show the model for ``query``.
 
@@ -326,6 +332,11 @@ class ToolIndex:
             query: the user's request (or the text extracted from a conversation).
             strategy: ``keyword``, ``semantic`` or ``combined``; the index default otherwise.
             policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
+            explain: ``True`` to explain every shown tool (``Selection.explanations``); a list
+                of tool ids to explain those too when they are hidden.
+            allow: the only tools that may be shown (narrows before recall).
+            deny: tools never shown, whatever else would add them.
+            tenant: the tenant's ``ToolAccess``; ``allow``/``deny`` narrow it further.
             Other arguments build the ``Policy`` (see its attributes).
 
         Returns:
@@ -342,6 +353,8 @@ class ToolIndex:
         """
         started = time.perf_counter()
         chosen = self._strategy(strategy)
+        ask = explain_ask(explain)
+        access = request_access(allow, deny, tenant)
         if policy is None:
             policy = policy_from_options(
                 max_tools=max_tools,
@@ -356,8 +369,13 @@ class ToolIndex:
         # Planned (options checked) before the request is embedded, as a caller's mistake
         # costs no model call.
         plan = self.recall.plan(query, chosen, policy)
-        ranking = self.recall.ranked(query, self._request(query, chosen), plan.wanted, chosen)
-        return select(ranking, plan.policy, started)
+        request = None
+        if ask is not None:
+            check_known(ask, self.catalog, "explain")
+            request = ExplainRequest(ask=ask, index=self.recall, query=query)
+        wanted = recall_depth(plan.wanted, access, len(self.catalog))
+        ranking = self.recall.ranked(query, self._request(query, chosen), wanted, chosen)
+        return select(ranking, plan.policy, started, explain=request, access=access)
 
     def _strategy(self, strategy: Strategy | str | None) -> Strategy:
         if strategy is None:

@@ -419,3 +419,135 @@ def test_an_unusable_cache_directory_is_one_warning_line(tools_file: Path, tmp_p
         f"toolroute: warning: cannot write embedding cache in {blocker / 'cache'} "
         f"([Errno 20] Not a directory: {str(blocker / 'cache')!r}); continuing without a cache"
     ]
+
+
+def _eval_args(tools_file: Path, queries_file: Path, *gates: str) -> list[str]:
+    return [
+        "eval",
+        "--tools",
+        str(tools_file),
+        "--queries",
+        str(queries_file),
+        "--embedder",
+        "none",
+        "--json",
+        *gates,
+    ]
+
+
+def test_eval_gates_met_exit_zero(
+    tools_file: Path, queries_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        _eval_args(
+            tools_file,
+            queries_file,
+            "--min-hit5",
+            "0.6",
+            "--min-recall5",
+            "0.6",
+            "--min-mrr",
+            "0.5",
+        )
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["hit@5"] >= 0.6
+    assert "gate" not in captured.err
+
+
+def test_eval_gate_missed_exits_one_with_one_line(
+    tools_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queries = tmp_path / "hard.json"
+    queries.write_text(
+        json.dumps(
+            [
+                {"query": "weather in Paris", "expected": "get_weather"},
+                {"query": "zzz qqq", "expected": "send_email"},
+            ]
+        )
+    )
+    code = main(_eval_args(tools_file, queries, "--min-hit5", "0.75", "--min-mrr", "0.1"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err == ["toolroute: gate failed: hit@5 0.500 < --min-hit5 0.75"]
+
+
+def test_eval_gates_name_every_shortfall_on_one_line(
+    tools_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queries = tmp_path / "hard.json"
+    queries.write_text(json.dumps([{"query": "zzz qqq", "expected": "send_email"}]))
+    code = main(
+        _eval_args(
+            tools_file,
+            queries,
+            "--k",
+            "1",
+            "--min-hit5",
+            "0.5",
+            "--min-recall5",
+            "0.5",
+            "--min-mrr",
+            "0.5",
+            "--max-p50-ms",
+            "1e-9",
+        )
+    )
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert line.startswith("toolroute: gate failed: hit@5 0.000 < --min-hit5 0.5; ")
+    assert "recall@5 0.000 < --min-recall5 0.5" in line
+    assert "mrr 0.000 < --min-mrr 0.5" in line
+    assert "latency_ms.p50 " in line
+    assert "> --max-p50-ms 1e-09" in line
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--min-hit5", "75"), ("--min-mrr", "-0.1"), ("--max-p50-ms", "0")]
+)
+def test_eval_gate_out_of_range_is_a_usage_error(
+    tools_file: Path,
+    queries_file: Path,
+    option: str,
+    value: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(_eval_args(tools_file, queries_file, option, value))
+    assert exited.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_select_explain_prints_why_each_tool_is_shown_and_an_asked_one_hidden(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["select", "--tools", str(tools_file), "--embedder", "none", "--max-tools", "1"]
+    code = main([*args, "--explain-tool", "create_issue", "weather in Paris"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "why get_weather: shown, ranked #1 (score " in out
+    assert "matched weather" in out
+    assert "why create_issue: hidden, not_recalled" in out
+    assert "Paris" not in out.split("\n", 1)[1]  # only the header echoes the request
+
+
+def test_select_explain_json_carries_the_records(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["select", "--tools", str(tools_file), "--embedder", "none", "--json", "--explain"]
+    assert main([*args, "weather in Paris"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    (explanation,) = line["explanations"]
+    assert explanation["tool_id"] == "get_weather"
+    assert explanation["reason"] == "ranked"
+    assert explanation["matched_words"] == ["weather"]
+
+
+def test_select_explain_of_an_unknown_tool_is_an_error(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["select", "--tools", str(tools_file), "--embedder", "none", "--explain-tool", "nope"]
+    assert main([*args, "weather"]) == 2
+    assert "explain names tools not in the catalogue: 'nope'" in capsys.readouterr().err

@@ -162,7 +162,7 @@ def test_related_skips_tools_already_shown() -> None:
 
 def test_related_target_ranked_below_the_cut_keeps_its_score() -> None:
     policy = Policy(max_tools=1, related={"a": ["f"]})
-    assert apply_policy(RANKED, policy)[-1] == Pick("f", 0.4, "related")
+    assert apply_policy(RANKED, policy)[-1] == Pick("f", 0.4, "related", "a")
 
 
 @pytest.mark.parametrize(

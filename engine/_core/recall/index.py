@@ -20,6 +20,8 @@ import numpy.typing as npt
 from ..catalog.catalog import Catalog
 from ..errors import ConfigError
 from ..protocols import Embedder
+from ..select.access import ToolAccess, recall_depth, request_access
+from ..select.explain import ExplainRequest, check_known, explain_ask
 from ..select.plan import (
     RecallPlan,
     RequestVector,
@@ -271,6 +273,10 @@ class RecallIndex:
         tool_sets: Sequence[ToolSet] = (),
         forced_sets: Sequence[str] = (),
         policy: Policy | None = None,
+        explain: bool | Sequence[str] = False,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+        tenant: ToolAccess | None = None,
     ) -> Selection:
         """The tools to show the model for ``query``, ranked with ``query_vector``.
 
@@ -280,6 +286,11 @@ class RecallIndex:
             strategy: as ``rank``.
             reason: as ``rank``.
             policy: a prepared ``Policy``; when given, the policy keyword arguments are ignored.
+            explain: ``True`` to explain every shown tool (``Selection.explanations``); a list
+                of tool ids to explain those too when they are hidden.
+            allow: the only tools that may be shown (narrows before recall).
+            deny: tools never shown, whatever else would add them.
+            tenant: the tenant's ``ToolAccess``; ``allow``/``deny`` narrow it further.
             Other arguments build the ``Policy`` (see its attributes).
 
         Returns:
@@ -295,6 +306,8 @@ class RecallIndex:
         """
         started = time.perf_counter()
         chosen = chosen_strategy(strategy, has_embedder=self.vectors is not None, strict=False)
+        ask = explain_ask(explain)
+        access = request_access(allow, deny, tenant)
         if policy is None:
             policy = policy_from_options(
                 max_tools=max_tools,
@@ -307,8 +320,13 @@ class RecallIndex:
                 forced_sets=forced_sets,
             )
         plan = self.plan(query, chosen, policy)
-        ranking = self.ranked(query, request_vector(query_vector, reason), plan.wanted, chosen)
-        return select(ranking, plan.policy, started)
+        wanted = recall_depth(plan.wanted, access, len(self.catalog))
+        ranking = self.ranked(query, request_vector(query_vector, reason), wanted, chosen)
+        request = None
+        if ask is not None:
+            check_known(ask, self.catalog, "explain")
+            request = ExplainRequest(ask=ask, index=self, query=query)
+        return select(ranking, plan.policy, started, explain=request, access=access)
 
     def plan(self, query: str, strategy: Strategy, policy: Policy) -> SelectPlan:
         """The selection plan for ``query`` over this catalogue (``plan_select``).

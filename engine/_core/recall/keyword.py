@@ -111,6 +111,35 @@ class KeywordIndex:
         scores /= np.float32(total)
         return scores
 
+    def query_mass(self, tokens: Sequence[str]) -> float:
+        """The query's IDF mass, as ``coverage`` divides by it (unseen terms count high)."""
+        unseen = math.log1p((self.size + 0.5) / 0.5)
+        return sum(
+            unseen if (tid := self.vocabulary.get(term)) is None else float(self.bm25_idf[tid])
+            for term in dict.fromkeys(tokens)
+        )
+
+    def matched_terms(self, tokens: Sequence[str], rows: Sequence[int]) -> list[list[str]]:
+        """The query terms each document of ``rows`` contains, in query order.
+
+        Reads only the postings of the query's terms, in one pass over all of them, so
+        explanations stay cheap on large catalogues.
+        """
+        found: list[list[str]] = [[] for _ in rows]
+        vocabulary, bounds = self.vocabulary, self._bounds
+        terms = [t for t in dict.fromkeys(tokens) if t in vocabulary]
+        if not rows or not terms:
+            return found
+        spans = [(bounds[vocabulary[t]], bounds[vocabulary[t] + 1]) for t in terms]
+        docs = np.concatenate([self._docs[a:b] for a, b in spans])
+        owner = np.repeat(np.arange(len(terms)), [b - a for a, b in spans])
+        wanted = np.asarray(rows, dtype=np.int32)
+        hit = np.isin(docs, wanted)
+        where = {row: i for i, row in enumerate(rows)}
+        for doc, term in zip(docs[hit].tolist(), owner[hit].tolist(), strict=True):
+            found[where[doc]].append(terms[term])
+        return found
+
     def name_coverage(self, tokens: Sequence[str]) -> Scores:
         """Share of each tool name's IDF mass that the query contains, in [0, 1].
 

@@ -9,6 +9,8 @@ import attrs
 
 from ..catalog.catalog import id_tuple
 from ..errors import ConfigError
+from .access import OPEN, ToolAccess
+from .explain import Cuts, ExplainRequest, Explanation, explanations, hidden_before_ranking
 from .selection import Ranking, Selection, anchor_scores, threshold_applies
 from .toolsets import ToolSet, activated_sets, expand_additive
 
@@ -107,11 +109,30 @@ class Policy:
 
 @attrs.frozen
 class Pick:
-    """One chosen tool: its score (``None`` when a rule, not the ranking, added it) and why."""
+    """One chosen tool: its score (``None`` when a rule, not the ranking, added it), why, and
+    what pulled it in (the ranked tool for ``related``, the set for ``tool_set``)."""
 
     id: str
     score: float | None
     source: str  # "ranked" | "always_active" | "related" | "tool_set"
+    by: str | None = None
+
+
+def policy_cuts(
+    ranked: Sequence[tuple[str, float]],
+    policy: Policy,
+    *,
+    baseline: float = 0.0,
+    use_threshold: bool = True,
+) -> tuple[list[tuple[str, float]], list[tuple[str, float]], list[tuple[str, float]]]:
+    """The ranked candidates each cut keeps, in the order the policy applies them: the
+    threshold, then ``max_tools``, then the adaptive elbow (the last is what is shown)."""
+    past_threshold = list(ranked)
+    if use_threshold and policy.threshold is not None:
+        past_threshold = [(i, s) for i, s in past_threshold if s >= policy.threshold]
+    within_cap = past_threshold[: policy.max_tools]
+    past_elbow = elbow(within_cap, baseline=baseline) if policy.adaptive else within_cap
+    return past_threshold, within_cap, past_elbow
 
 
 def apply_policy(
@@ -130,12 +151,14 @@ def apply_policy(
             scales that may be negative.
         use_threshold: ``False`` when recall degraded and scores are on another scale.
     """
-    candidates = list(ranked)
-    if use_threshold and policy.threshold is not None:
-        candidates = [(i, s) for i, s in candidates if s >= policy.threshold]
-    candidates = candidates[: policy.max_tools]
-    if policy.adaptive:
-        candidates = elbow(candidates, baseline=baseline)
+    candidates = policy_cuts(ranked, policy, baseline=baseline, use_threshold=use_threshold)[2]
+    return picks_from(candidates, ranked, policy)
+
+
+def picks_from(
+    candidates: Sequence[tuple[str, float]], ranked: Sequence[tuple[str, float]], policy: Policy
+) -> list[Pick]:
+    """Always-active tools, the ``candidates`` that survived the cuts, then related tools."""
     scores = dict(ranked)
     picks = [Pick(i, scores.get(i), "always_active") for i in policy.always_active]
     seen = set(policy.always_active)
@@ -149,7 +172,7 @@ def apply_policy(
             if budget and other not in seen:
                 seen.add(other)
                 budget -= 1
-                picks.append(Pick(other, scores.get(other), "related"))
+                picks.append(Pick(other, scores.get(other), "related", tool_id))
     return picks
 
 
@@ -172,18 +195,35 @@ def elbow(ranked: Sequence[tuple[str, float]], *, baseline: float = 0.0) -> list
     return list(ranked)
 
 
-def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
+def select(
+    ranking: Ranking,
+    policy: Policy,
+    started: float,
+    *,
+    explain: ExplainRequest | None = None,
+    hidden: Mapping[str, Explanation] | None = None,
+    access: ToolAccess = OPEN,
+) -> Selection:
     """Apply ``policy`` to a ranking; ``started`` is the ``perf_counter`` time the call began.
 
     The threshold applies only where ``threshold_applies``; anchors read only
-    ``anchor_scores``.
+    ``anchor_scores``. With ``explain``, the selection carries one ``Explanation`` per
+    shown tool and per asked-about hidden tool, from the cuts as they were made. ``access``
+    removes what it does not permit before any cut and from every rule's additions.
     """
-    picks = apply_policy(
-        list(zip(ranking.tool_ids, ranking.scores, strict=True)),
+    if access.restricts:
+        ranking = ranking.only(access.only(ranking.tool_ids))
+        if explain is not None:
+            denied = [i for i in explain.ask if not access.permits(i)]
+            hidden = {**(hidden or {}), **hidden_before_ranking(denied, denied=denied)}
+    ranked = list(zip(ranking.tool_ids, ranking.scores, strict=True))
+    cuts = policy_cuts(
+        ranked,
         policy,
         baseline=ranking.baseline,
         use_threshold=threshold_applies(ranking),
     )
+    picks = picks_from(cuts[2], ranked, policy)
     active: tuple[str, ...] = ()
     if policy.tool_sets:
         scores = anchor_scores(ranking)
@@ -194,7 +234,23 @@ def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
             [p.id for p in picks], members, scores, policy.tool_sets, forced=policy.forced_sets
         ):
             if tool_id not in have:
-                picks.append(Pick(tool_id, scores.get(tool_id), "tool_set"))
+                by = next(
+                    (t.name for t in policy.tool_sets if t.name in active and tool_id in t.members),
+                    None,
+                )
+                picks.append(Pick(tool_id, scores.get(tool_id), "tool_set", by))
+    if access.restricts:
+        picks = [p for p in picks if access.permits(p.id)]
+    explained: tuple[Explanation, ...] = ()
+    if explain is not None:
+        recorded = Cuts(
+            ranked=ranking.tool_ids,
+            past_threshold=frozenset(i for i, _ in cuts[0]),
+            within_cap=frozenset(i for i, _ in cuts[1]),
+            past_elbow=frozenset(i for i, _ in cuts[2]),
+        )
+        shown = [(p.id, p.score, p.source, p.by) for p in picks]
+        explained = explanations(explain, ranking, shown, recorded, hidden=hidden)
     return Selection(
         tool_ids=tuple(p.id for p in picks),
         scores=tuple(p.score for p in picks),
@@ -204,4 +260,5 @@ def select(ranking: Ranking, policy: Policy, started: float) -> Selection:
         latency_ms=(time.perf_counter() - started) * 1000.0,
         sources=tuple(p.source for p in picks),
         active_sets=active,
+        explanations=explained,
     )

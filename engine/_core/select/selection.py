@@ -9,6 +9,7 @@ import attrs
 
 from ..errors import ConfigError
 from ..outcome import Outcome
+from .explain import Explanation
 
 
 class Strategy(enum.StrEnum):
@@ -63,6 +64,8 @@ class Selection:
         sources: per tool, why it is here: ``ranked``, ``always_active``, ``related`` or
             ``tool_set``.
         active_sets: names of the tool sets that activated (for ``system_prompts``).
+        explanations: when asked for (``explain=``), one ``Explanation`` per shown tool in
+            order, then one per asked-about hidden tool; empty otherwise.
     """
 
     tool_ids: tuple[str, ...]
@@ -73,6 +76,11 @@ class Selection:
     latency_ms: float = 0.0
     sources: tuple[str, ...] = ()
     active_sets: tuple[str, ...] = ()
+    explanations: tuple[Explanation, ...] = ()
+
+    def explanation(self, tool_id: str) -> Explanation | None:
+        """The explanation of ``tool_id``, ``None`` when it was not explained."""
+        return next((e for e in self.explanations if e.tool_id == tool_id), None)
 
     def __len__(self) -> int:
         return len(self.tool_ids)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..outcome import Outcome
+from .access import OPEN, ToolAccess, recall_depth
+from .explain import ExplainRequest, Explanation, unranked_explanations
 from .plan import anchored_sets, overfetched
 from .policy import Policy, select
 from .selection import Ranking
@@ -34,6 +36,7 @@ class StepPick:
     outcome: Outcome
     reason: str = ""
     active_sets: tuple[str, ...] = ()
+    explanations: tuple[Explanation, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +51,9 @@ class StepInput:
         always: ``always_active`` ids as served (representatives for removed tools).
         hidden: tools of the servers routing dropped.
         sets: the served tool sets.
+        access: the allow- and deny-lists of this step (``OPEN``: none).
+        explain: the tools to explain (``None``: no explanations).
+        explained: explanations of asked-about tools that rules before ranking removed.
     """
 
     query: str
@@ -57,6 +63,9 @@ class StepInput:
     always: tuple[str, ...] = ()
     hidden: frozenset[str] = frozenset()
     sets: tuple[ToolSet, ...] = ()
+    access: ToolAccess = OPEN
+    explain: ExplainRequest | None = None
+    explained: Mapping[str, Explanation] = attrs.field(factory=dict, hash=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -79,39 +88,76 @@ def step_without_ranking(
     tool (``None``, or every tool routing kept).
     """
     if not step.query.strip():
-        members = (m for s in step.sets if s.name in step.forced for m in s.members)
-        shown = tuple(dict.fromkeys((*step.always, *step.found, *members)))
+        members = tuple(m for s in step.sets if s.name in step.forced for m in s.members)
+        shown = step.access.only(dict.fromkeys((*step.always, *step.found, *members)))
+        explained: tuple[Explanation, ...] = ()
+        if step.explain is not None:
+            why = {
+                **dict.fromkeys(members, "tool_set"),
+                **dict.fromkeys(step.found, "found"),
+                **dict.fromkeys(step.always, "always_active"),
+            }
+            explained = unranked_explanations(
+                step.explain.ask,
+                [(i, why[i]) for i in shown],
+                step.explained,
+                hidden_reason="skipped",
+            )
+        # Nothing pinned shows every tool: every permitted one when lists keep some out.
+        every = step.access.only(catalog.ids) if step.access.restricts else None
         return StepPick(
-            tool_ids=shown or None,
+            tool_ids=shown or every,
             query="",
             page=step.page,
             outcome=Outcome.SKIPPED,
             reason="no request text",
             active_sets=step.forced,
+            explanations=explained,
         )
     if step.page >= 2 and len(catalog) - len(step.hidden) <= all_tools_ceiling:
-        hidden = step.hidden
-        every = tuple(t.id for t in catalog if t.id not in hidden) if hidden else None
+        hidden, access = step.hidden, step.access
+        every = None  # "every tool", unless something keeps tools out
+        if hidden or access.restricts:
+            every = tuple(t.id for t in catalog if t.id not in hidden and access.permits(t.id))
+        explained = ()
+        if step.explain is not None:
+            explained = unranked_explanations(
+                step.explain.ask,
+                [
+                    (t.id, "all_tools")
+                    for t in catalog
+                    if t.id not in hidden and access.permits(t.id)
+                ],
+                step.explained,
+                hidden_reason="routing",
+            )
         return StepPick(
             tool_ids=every,
             query=step.query,
             page=step.page,
             outcome=Outcome.APPLIED,
             active_sets=step.forced,
+            explanations=explained,
         )
     return None
 
 
-def ranking_window(step: StepInput, *, max_tools: int, all_tools_ceiling: int) -> RankingWindow:
-    """Which part of the ranking a ranked step shows, and how much of it to rank."""
+def ranking_window(
+    step: StepInput, *, max_tools: int, all_tools_ceiling: int, catalog_size: int | None = None
+) -> RankingWindow:
+    """Which part of the ranking a ranked step shows, and how much of it to rank (an
+    allow-list ranks the whole ``catalog_size``: see ``recall_depth``)."""
     if step.page >= 2:
-        wanted = all_tools_ceiling + len(step.hidden)
+        wanted = all_tools_ceiling + len(step.hidden) + len(step.access.deny)
+        if step.access.allow is not None:
+            wanted = max(wanted, len(step.access.allow) + len(step.hidden))
         return RankingWindow(start=0, count=all_tools_ceiling, wanted=wanted)
     start = step.page * max_tools
+    wanted = start + overfetched(max_tools, tool_sets=bool(step.sets)) + len(step.hidden)
     return RankingWindow(
         start=start,
         count=max_tools,
-        wanted=start + overfetched(max_tools, tool_sets=bool(step.sets)) + len(step.hidden),
+        wanted=recall_depth(wanted, step.access, catalog_size or wanted),
     )
 
 
@@ -120,8 +166,11 @@ def ranked_step(
 ) -> tuple[StepPick, tuple[str, ...]]:
     """What the step shows from ``ranking``, and the sets an anchor activated (to make
     sticky on the session)."""
-    if step.hidden:
-        ranking = ranking.only(i for i in ranking.tool_ids if i not in step.hidden)
+    if step.hidden or step.access.restricts:
+        access = step.access
+        ranking = ranking.only(
+            i for i in ranking.tool_ids if i not in step.hidden and access.permits(i)
+        )
     activated = anchored_sets(ranking, step.sets)
     policy = Policy(
         max_tools=window.count,
@@ -135,7 +184,21 @@ def ranked_step(
         tool_ids=ranking.tool_ids[window.start :],
         scores=ranking.scores[window.start :],
     )
-    chosen = select(this_page, policy, started)
+    explained = dict(step.explained)
+    if step.explain is not None:
+        # Tools ranked above this page were shown by an earlier step.
+        for rank, tool_id in enumerate(ranking.tool_ids[: window.start], 1):
+            if tool_id in step.explain.ask and tool_id not in explained:
+                explained[tool_id] = Explanation(
+                    tool_id=tool_id,
+                    shown=False,
+                    reason="earlier_page",
+                    rank=rank,
+                    score=ranking.scores[rank - 1],
+                )
+    chosen = select(
+        this_page, policy, started, explain=step.explain, hidden=explained, access=step.access
+    )
     selection = StepPick(
         tool_ids=chosen.tool_ids,
         query=step.query,
@@ -143,6 +206,7 @@ def ranked_step(
         outcome=ranking.outcome,
         reason=ranking.reason,
         active_sets=chosen.active_sets,
+        explanations=chosen.explanations,
     )
     return selection, activated
 

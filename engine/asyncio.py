@@ -44,9 +44,9 @@ from ._routing.pipeline import route_servers as trio_route_servers
 from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine
 from ._runtime.hub import Delivery
-from ._runtime.recall import RecallStatistics
 from ._runtime.stateless import decide as trio_decide
 from ._runtime.stateless import try_decide as trio_try_decide
+from ._runtime.statistics import EngineStatistics
 from ._runtime.workers import RunCpu, run_in_thread
 
 __all__ = ["AsyncioEngine", "decide", "open_engine", "route_servers", "try_decide"]
@@ -334,10 +334,9 @@ class AsyncioEngine:
         """As ``Engine.tool_sets``."""
         return self.engine.tool_sets
 
-    @property
-    def statistics(self) -> RecallStatistics:
+    def statistics(self) -> EngineStatistics:
         """As ``Engine.statistics``."""
-        return self.engine.statistics
+        return self.engine.statistics()
 
     @property
     def decider(self) -> Decider | None:

@@ -28,9 +28,10 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
-from .recall import Recall, RecallStatistics
+from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
+from .statistics import EngineStatistics
 from .steps import Messages, Steps, StepSelection
 
 if TYPE_CHECKING:
@@ -94,11 +95,17 @@ class Engine(metaclass=NoPublicConstructor):
         """The tool sets passed to ``open_engine``."""
         return self._tool_sets
 
-    @property
-    def statistics(self) -> RecallStatistics:
-        """How recall has answered so far: query-cache hits and misses, and how many requests
-        each rung of the load ladder answered (full tier, fast tier, keyword-only)."""
-        return self._recall.statistics()
+    def statistics(self) -> EngineStatistics:
+        """What the engine has counted so far, read now: recall (query-cache hits and misses,
+        how many requests the full model, the fast tier and keyword-only recall answered),
+        sessions (held, stepping, steps queued), decision jobs (submitted, in flight,
+        unanswered) and events (subscribers, published, dropped)."""
+        return EngineStatistics(
+            recall=self._recall.statistics(),
+            sessions=self._steps.statistics(),
+            decisions=self._decisions.actor.statistics(),
+            events=self._hub.statistics(),
+        )
 
     @property
     def decider(self) -> Decider | None:

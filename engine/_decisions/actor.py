@@ -111,6 +111,8 @@ class _Job:
     number: int
     scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     answered: bool = False
+    #: Set once the last batch started has begun; the next one waits for it.
+    last_turn: trio.Event | None = None
 
 
 async def call_provider(request: DecisionRequest, provider: Decider) -> DecisionResult:
@@ -344,7 +346,8 @@ class _State:
         # Created here, not in the child, so that only the loop ever touches job state.
         scope = trio.CancelScope(deadline=job.order.deadline)
         job.scopes[index] = scope
-        self.nursery.start_soon(_run_batch, job, index, scope, self.internal)
+        previous, job.last_turn = job.last_turn, trio.Event()
+        self.nursery.start_soon(_run_batch, job, index, scope, previous, job.last_turn, self.internal)
 
     def _answer(self, job: _Job, *, late: bool = False, dropped: str = "") -> None:
         """Answer ``job`` once with what it has; whatever of it still runs is cancelled."""
@@ -368,12 +371,25 @@ def _caller_present(job: _Job) -> bool:
 
 
 async def _run_batch(
-    job: _Job, index: int, scope: trio.CancelScope, internal: trio.MemorySendChannel[Message]
+    job: _Job,
+    index: int,
+    scope: trio.CancelScope,
+    previous: trio.Event | None,
+    turn: trio.Event,
+    internal: trio.MemorySendChannel[Message],
 ) -> None:
-    """One batch under the job's deadline; it reports back whatever happened."""
+    """One batch under the job's deadline; it reports back whatever happened.
+
+    A job's batches reach the provider in question order (trio runs tasks started together
+    in either order): each waits until the one started before it has begun."""
     order = job.order
     outcome: BatchOutcome = None
     with scope:
+        try:
+            if previous is not None:
+                await previous.wait()
+        finally:
+            turn.set()
         try:
             if order.limiter is None:
                 outcome = await call_provider(order.requests[index], order.provider)

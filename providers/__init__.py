@@ -7,6 +7,8 @@ from .._core.protocols import Int8Kernel as Int8Kernel
 from .._core.public import publish as _publish
 from ._deciders.codec import DecisionCodec as DecisionCodec
 from ._deciders.default import default_decider as default_decider
+from ._deciders.local import Calibration as Calibration
+from ._deciders.local import LocalDecider as LocalDecider
 from ._deciders.loop import HttpDecider as HttpDecider
 from ._deciders.vendors.clef import ClefDecider as ClefDecider
 from ._deciders.vendors.laya import LayaDecider as LayaDecider
@@ -32,6 +34,7 @@ from ._http.rules import RetryPolicy as RetryPolicy
 
 __all__ = [
     "AnthropicGenerator",
+    "Calibration",
     "ClefDecider",
     "Decider",
     "DecisionCodec",
@@ -42,6 +45,7 @@ __all__ = [
     "HttpDecider",
     "Int8Kernel",
     "LayaDecider",
+    "LocalDecider",
     "LogprobDecider",
     "LoopOptions",
     "MiniLMEmbedder",

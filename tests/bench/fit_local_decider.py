@@ -1,0 +1,134 @@
+"""Refit the local decider's calibration on the dev splits and write it into the package.
+
+    python tests/bench/fit_local_decider.py [--out providers/_deciders/local_calibration.json]
+
+Features come from ``LocalDecider.features`` over the requests of ``local_decider_data``
+(MetaTool awareness and BFCL relevance for questions about *any* of a list, LiveMCPBench
+servers for questions about *one* subject), dev splits only. For each kind, every subset of
+the features that keeps the cosine is fitted as an L2-regularised logistic model
+(Newton's method); the subset is chosen by its held-out Brier score in two folds of dev
+(by a second hash of the request, averaged over the kind's datasets), then refitted on all
+of dev. Features left out get weight 0. Prints the table it chose from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from local_decider_data import Rows, awareness_rows, bfcl_rows, livemcp_rows  # noqa: E402
+
+from toolroute.providers import Calibration, LocalDecider, default_embedder  # noqa: E402
+from toolroute.providers._deciders.local import Logistic  # noqa: E402
+from toolroute.providers._deciders.local_features import FEATURES  # noqa: E402
+
+OUT = HERE.parents[1] / "providers/_deciders/local_calibration.json"
+L2 = 1e-3
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, iterations: int = 60) -> np.ndarray:
+    """``[bias, *weights]`` maximising the L2-penalised log-likelihood (bias unpenalised)."""
+    x1 = np.c_[np.ones(len(x)), x]
+    w = np.zeros(x1.shape[1])
+    penalty = L2 * np.eye(len(w))
+    penalty[0, 0] = 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-(x1 @ w)))
+        grad = x1.T @ (p - y) + penalty @ w
+        hess = x1.T @ (x1 * (p * (1 - p))[:, None]) + penalty + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return w
+
+
+def predict(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-(w[0] + x @ w[1:])))
+
+
+def fold_of(group: int, name: str) -> int:
+    return hashlib.sha1(f"{name}:{group}".encode()).digest()[1] % 2
+
+
+def choose(kind: str, datasets: list[Rows]) -> tuple[tuple[int, ...], np.ndarray, list[str]]:
+    names = FEATURES[kind]  # type: ignore[index]
+    dev = [(r, r.splits == "dev") for r in datasets]
+    table = []
+    best: tuple[float, tuple[int, ...]] | None = None
+    for size in range(1, len(names) + 1):
+        for cols in itertools.combinations(range(len(names)), size):
+            if 0 not in cols:
+                continue
+            briers = []
+            for held in (0, 1):
+                train_x, train_y, tests = [], [], []
+                for r, m in dev:
+                    folds = np.array([fold_of(g, r.name) for g in r.groups])
+                    train_x.append(r.features[m & (folds != held)][:, cols])
+                    train_y.append(r.labels[m & (folds != held)])
+                    tests.append((r.features[m & (folds == held)][:, cols], r.labels[m & (folds == held)]))
+                w = fit_logistic(np.concatenate(train_x), np.concatenate(train_y))
+                briers.append(np.mean([np.mean((predict(w, x) - y) ** 2) for x, y in tests]))
+            score = float(np.mean(briers))
+            table.append(f"| {kind} | {', '.join(names[c] for c in cols)} | {score:.4f} |")
+            if best is None or score < best[0]:
+                best = (score, cols)
+    assert best is not None
+    cols = best[1]
+    x = np.concatenate([r.features[m][:, cols] for r, m in dev])
+    y = np.concatenate([r.labels[m] for r, m in dev])
+    w = fit_logistic(x, y)
+    full = np.zeros(len(names) + 1)
+    full[0] = w[0]
+    for i, c in enumerate(cols):
+        full[c + 1] = w[i + 1]
+    return cols, full, table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    embedder = default_embedder()
+    blank = Calibration(
+        embedder=embedder.identity,
+        one=Logistic(features=FEATURES["one"], weights=[0.0] * 3, bias=0.0),
+        any=Logistic(features=FEATURES["any"], weights=[0.0] * 4, bias=0.0),
+    )
+    decider = LocalDecider(embedder=embedder, calibration=blank, cache_size=100_000)
+    print("reading features…", file=sys.stderr)
+    any_rows = [awareness_rows(decider), bfcl_rows(decider)]
+    one_rows = [livemcp_rows(decider)]
+    print("| kind | features | 2-fold dev Brier |\n|---|---|---|")
+    models = {}
+    for kind, rows in (("any", any_rows), ("one", one_rows)):
+        cols, w, table = choose(kind, rows)
+        print("\n".join(table))
+        print(f"chosen for {kind}: {[FEATURES[kind][c] for c in cols]}")  # type: ignore[index]
+        models[kind] = Logistic(features=FEATURES[kind], weights=list(w[1:]), bias=w[0])  # type: ignore[index]
+    calibration = Calibration(
+        embedder=embedder.identity,
+        one=models["one"],
+        any=models["any"],
+        note=(
+            "L2 logistic per question kind, features chosen by 2-fold dev Brier; any: MetaTool"
+            " awareness + BFCL relevance dev, one: LiveMCPBench servers dev;"
+            " python tests/bench/fit_local_decider.py"
+        ),
+    )
+    args.out.write_text(json.dumps(calibration.to_mapping(), indent=2) + "\n", "utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

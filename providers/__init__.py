@@ -8,6 +8,7 @@ from .._core.public import publish as _publish
 from ._deciders.codec import DecisionCodec as DecisionCodec
 from ._deciders.default import default_decider as default_decider
 from ._deciders.local import Calibration as Calibration
+from ._deciders.local import CalibrationModel as CalibrationModel
 from ._deciders.local import LocalDecider as LocalDecider
 from ._deciders.loop import HttpDecider as HttpDecider
 from ._deciders.vendors.clef import ClefDecider as ClefDecider
@@ -35,6 +36,7 @@ from ._http.rules import RetryPolicy as RetryPolicy
 __all__ = [
     "AnthropicGenerator",
     "Calibration",
+    "CalibrationModel",
     "ClefDecider",
     "Decider",
     "DecisionCodec",

@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any, ClassVar
+from typing import Any
 
 import attrs
 import numpy as np
@@ -48,7 +48,7 @@ def _weights(value: Any) -> tuple[float, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class Logistic:
+class CalibrationModel:
     """``p = 1 / (1 + exp(-(bias + weights · features)))``."""
 
     features: tuple[str, ...] = attrs.field(converter=tuple)
@@ -80,20 +80,20 @@ class Calibration:
     """
 
     embedder: str
-    one: Logistic
-    any: Logistic
+    one: CalibrationModel
+    any: CalibrationModel
     note: str = ""
 
     def __attrs_post_init__(self) -> None:
         for kind in ("one", "any"):
-            model: Logistic = getattr(self, kind)
+            model: CalibrationModel = getattr(self, kind)
             if model.features != FEATURES[kind]:
                 raise ConfigError(
                     f"the {kind!r} calibration must use the features {FEATURES[kind]!r},"
                     f" got {model.features!r}"
                 )
 
-    def model(self, kind: Kind) -> Logistic:
+    def model(self, kind: Kind) -> CalibrationModel:
         return self.one if kind == "one" else self.any
 
     @classmethod
@@ -106,8 +106,8 @@ class Calibration:
         try:
             return cls(
                 embedder=str(data["embedder"]),
-                one=Logistic(**data["one"]),
-                any=Logistic(**data["any"]),
+                one=CalibrationModel(**data["one"]),
+                any=CalibrationModel(**data["any"]),
                 note=str(data.get("note", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -122,7 +122,8 @@ class Calibration:
         return {
             "embedder": self.embedder,
             "note": self.note,
-            **{k: attrs.asdict(self.model(k)) for k in ("one", "any")},  # type: ignore[arg-type]
+            "one": attrs.asdict(self.one),
+            "any": attrs.asdict(self.any),
         }
 
     @classmethod
@@ -163,9 +164,9 @@ class LocalDecider:
         ConfigError: an embedder other than the default without a calibration of its own.
     """
 
-    name: ClassVar[str] = "local"
+    name: str = "local"
     #: No caps: nothing leaves the process. The timeout covers one embedding call.
-    limits: ClassVar[DecisionLimits] = DecisionLimits(timeout_s=10.0)
+    limits: DecisionLimits = DecisionLimits(timeout_s=10.0)
 
     def __init__(
         self,
@@ -233,6 +234,11 @@ class LocalDecider:
         raise DecisionError(
             DecisionErrorKind.TIMEOUT, f"local: no answer within {timeout:g} s", retryable=True
         )
+
+    async def aclose(self) -> None:
+        """Forget the cached vectors; the decider holds no connection to close."""
+        with self._lock:
+            self._cache.clear()
 
     def features(self, request: DecisionRequest) -> dict[str, Any]:
         """Each question's subject kind and feature row (for a choice, one per option).

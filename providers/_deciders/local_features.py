@@ -23,7 +23,7 @@ from ..._core.decide.types import BooleanQuestion, ChoiceQuestion, Question
 from ..._core.text import bounded, split_identifier, tokenize
 
 Kind: TypeAlias = Literal["one", "any"]
-Floats: TypeAlias = "npt.NDArray[np.float64]"
+Floats: TypeAlias = npt.NDArray[np.float64]
 
 #: State keys that list what questions may point at (``available_servers[3]``).
 LIST_KEYS = ("available_servers", "available_tools", "tools", "servers", "candidates")
@@ -72,9 +72,7 @@ def entry_text(entry: Any) -> str:
         return bounded(json.dumps(entry, ensure_ascii=False, default=str), MAX_TEXT_CHARS)
     name = entry.get("name")
     words = " ".join(split_identifier(name)) if isinstance(name, str) else ""
-    about = next(
-        (v for k in ("does", "description") if isinstance(v := entry.get(k), str)), ""
-    )
+    about = next((v for k in ("does", "description") if isinstance(v := entry.get(k), str)), "")
     return bounded(f"{words}: {about}" if about else words or str(name), MAX_TEXT_CHARS)
 
 

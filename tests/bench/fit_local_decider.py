@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 from local_decider_data import Rows, awareness_rows, bfcl_rows, livemcp_rows  # noqa: E402
 
 from toolroute.providers import Calibration, LocalDecider, default_embedder  # noqa: E402
-from toolroute.providers._deciders.local import Logistic  # noqa: E402
+from toolroute.providers._deciders.local import CalibrationModel  # noqa: E402
 from toolroute.providers._deciders.local_features import FEATURES  # noqa: E402
 
 OUT = HERE.parents[1] / "providers/_deciders/local_calibration.json"
@@ -76,7 +76,9 @@ def choose(kind: str, datasets: list[Rows]) -> tuple[tuple[int, ...], np.ndarray
                     folds = np.array([fold_of(g, r.name) for g in r.groups])
                     train_x.append(r.features[m & (folds != held)][:, cols])
                     train_y.append(r.labels[m & (folds != held)])
-                    tests.append((r.features[m & (folds == held)][:, cols], r.labels[m & (folds == held)]))
+                    tests.append(
+                        (r.features[m & (folds == held)][:, cols], r.labels[m & (folds == held)])
+                    )
                 w = fit_logistic(np.concatenate(train_x), np.concatenate(train_y))
                 briers.append(np.mean([np.mean((predict(w, x) - y) ** 2) for x, y in tests]))
             score = float(np.mean(briers))
@@ -102,8 +104,8 @@ def main() -> None:
     embedder = default_embedder()
     blank = Calibration(
         embedder=embedder.identity,
-        one=Logistic(features=FEATURES["one"], weights=[0.0] * 3, bias=0.0),
-        any=Logistic(features=FEATURES["any"], weights=[0.0] * 4, bias=0.0),
+        one=CalibrationModel(features=FEATURES["one"], weights=[0.0] * 3, bias=0.0),
+        any=CalibrationModel(features=FEATURES["any"], weights=[0.0] * 4, bias=0.0),
     )
     decider = LocalDecider(embedder=embedder, calibration=blank, cache_size=100_000)
     print("reading features…", file=sys.stderr)
@@ -115,7 +117,7 @@ def main() -> None:
         cols, w, table = choose(kind, rows)
         print("\n".join(table))
         print(f"chosen for {kind}: {[FEATURES[kind][c] for c in cols]}")  # type: ignore[index]
-        models[kind] = Logistic(features=FEATURES[kind], weights=list(w[1:]), bias=w[0])  # type: ignore[index]
+        models[kind] = CalibrationModel(features=FEATURES[kind], weights=list(w[1:]), bias=w[0])  # type: ignore[index]
     calibration = Calibration(
         embedder=embedder.identity,
         one=models["one"],

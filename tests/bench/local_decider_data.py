@@ -56,13 +56,17 @@ def _load(path: Path) -> Any:
 
 
 def awareness_requests() -> Iterator[tuple[DecisionRequest, int, str]]:
-    tools = [{"name": t["name"], "description": t["description"]}
-             for t in _load(DATASETS / "metatool/tools.json")]
+    tools = [
+        {"name": t["name"], "description": t["description"]}
+        for t in _load(DATASETS / "metatool/tools.json")
+    ]
     for item in _load(DATASETS / "metatool/queries_awareness.json"):
         state = {"request": item["query"], "available_tools": tools}
-        yield DecisionRequest(state=state, questions={"any": ANY_TOOL}), int(
-            bool(item["expected"])
-        ), item["query"]
+        yield (
+            DecisionRequest(state=state, questions={"any": ANY_TOOL}),
+            int(bool(item["expected"])),
+            item["query"],
+        )
 
 
 def bfcl_requests() -> Iterator[tuple[DecisionRequest, int, str]]:
@@ -74,9 +78,11 @@ def bfcl_requests() -> Iterator[tuple[DecisionRequest, int, str]]:
                 continue
             tools = [{"name": t["name"], "description": t["description"]} for t in offered]
             state = {"request": item["query"], "available_tools": tools}
-            yield DecisionRequest(state=state, questions={"any": ANY_TOOL}), int(
-                bool(item["expected"])
-            ), item["query"]
+            yield (
+                DecisionRequest(state=state, questions={"any": ANY_TOOL}),
+                int(bool(item["expected"])),
+                item["query"],
+            )
 
 
 def livemcp_servers() -> tuple[list[Server], dict[str, str]]:
@@ -133,6 +139,10 @@ def livemcp_rows(decider: LocalDecider) -> Rows:
             splits.append(split_of(query))
             groups.append(i)
     return Rows(
-        "LiveMCPBench servers", "one", np.array(feats), np.array(labels), np.array(splits),
+        "LiveMCPBench servers",
+        "one",
+        np.array(feats),
+        np.array(labels),
+        np.array(splits),
         np.array(groups),
     )

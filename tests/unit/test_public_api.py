@@ -137,6 +137,8 @@ EVALUATE = {"Query", "evaluate", "load_queries", "routing_query", "split_of", "t
 TESTING = {"Fault", "ScriptedDecider", "ScriptedEmbedder", "ScriptedGenerator", "inline_cpu"}
 PROVIDERS = {
     "AnthropicGenerator",
+    "Calibration",
+    "CalibrationModel",
     "ClefDecider",
     "Decider",
     "DecisionCodec",
@@ -144,6 +146,7 @@ PROVIDERS = {
     "Generator",
     "HttpDecider",
     "LayaDecider",
+    "LocalDecider",
     "LogprobDecider",
     "LoopOptions",
     "OpenAICompatibleGenerator",

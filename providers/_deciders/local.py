@@ -49,11 +49,16 @@ def _weights(value: Any) -> tuple[float, ...]:
 
 @attrs.frozen(kw_only=True)
 class CalibrationModel:
-    """``p = 1 / (1 + exp(-(bias + weights · features)))``."""
+    """``p = 1 / (1 + exp(-(bias + weights · features + request_weights · request)))``.
+
+    ``request_weights`` (empty, or one per dimension of the embedder) weigh the request's
+    own vector, which follows the named features in an ``any`` question's row.
+    """
 
     features: tuple[str, ...] = attrs.field(converter=tuple)
     weights: tuple[float, ...] = attrs.field(converter=_weights)
     bias: float = attrs.field(converter=float)
+    request_weights: tuple[float, ...] = attrs.field(default=(), converter=_weights)
 
     def __attrs_post_init__(self) -> None:
         if len(self.features) != len(self.weights):
@@ -61,11 +66,21 @@ class CalibrationModel:
                 f"a calibration needs one weight per feature, got {len(self.weights)}"
                 f" weights for {len(self.features)} features"
             )
-        if not all(map(math.isfinite, (*self.weights, self.bias))):
+        if not all(map(math.isfinite, (*self.weights, *self.request_weights, self.bias))):
             raise ConfigError(f"calibration weights must be finite, got {self.weights!r}")
 
     def logit(self, row: Floats) -> float:
-        return self.bias + float(np.dot(self.weights, row))
+        named = len(self.weights)
+        z = self.bias + float(np.dot(self.weights, row[:named]))
+        if self.request_weights:
+            request = row[named:]
+            if len(request) != len(self.request_weights):
+                raise ConfigError(
+                    f"the calibration weighs a {len(self.request_weights)}-dimensional request"
+                    f" vector; the embedder gives {len(request)} dimensions"
+                )
+            z += float(np.dot(self.request_weights, request))
+        return z
 
 
 @attrs.frozen(kw_only=True)
@@ -183,6 +198,12 @@ class LocalDecider:
             )
         self._embedder = embedder
         self.calibration = calibration if calibration is not None else Calibration.bundled()
+        weighed = len(self.calibration.any.request_weights)
+        if embedder is not None and weighed and weighed != embedder.dim:
+            raise ConfigError(
+                f"the calibration weighs {weighed}-dimensional request vectors; the embedder"
+                f" gives {embedder.dim}"
+            )
         self._run_cpu: RunCpu = run_cpu or functools.partial(
             trio.to_thread.run_sync, abandon_on_cancel=True
         )

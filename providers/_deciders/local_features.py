@@ -39,6 +39,8 @@ FEATURES: dict[Kind, tuple[str, ...]] = {
     # best sibling subject's (positive for the closest subject, 0 when alone).
     "one": ("cosine", "coverage", "gap"),
     # the best item's cosine and coverage; best minus second best cosine; log of the items.
+    # The request's own vector follows these in the row (the calibration may weigh it: how
+    # much a request reads like one that needs a tool at all).
     "any": ("cosine", "coverage", "gap", "log_items"),
 }
 
@@ -125,7 +127,8 @@ def coverage(request_tokens: frozenset[str], text: str) -> float:
 def subject_features(
     subjects: Sequence[Subject], query: Floats, vectors: Mapping[str, Floats], request: str
 ) -> list[Floats]:
-    """The feature row of each subject (``FEATURES[subject.kind]`` order).
+    """The feature row of each subject (``FEATURES[subject.kind]`` order; for ``any``,
+    the request's vector after them).
 
     ``vectors`` maps every subject text to its unit vector, ``query`` is the request's.
     Single subjects of one request are siblings: each one's gap is measured against the
@@ -148,7 +151,7 @@ def subject_features(
         else:
             ranked = np.sort(cos)[::-1]
             gap = float(ranked[0] - ranked[1]) if len(ranked) > 1 else 0.0
-            rows.append(np.array([best, cover, gap, math.log(len(cos))]))
+            rows.append(np.r_[best, cover, gap, math.log(len(cos)), query])
     return rows
 
 

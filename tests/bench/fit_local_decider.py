@@ -33,18 +33,22 @@ from toolroute.providers._deciders.local_features import FEATURES  # noqa: E402
 
 OUT = HERE.parents[1] / "providers/_deciders/local_calibration.json"
 L2 = 1e-3
+#: Ridge penalties tried for the request vector's weights (``any`` questions only).
+PRIORS = (0.3, 1.0, 3.0)
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, iterations: int = 60) -> np.ndarray:
-    """``[bias, *weights]`` maximising the L2-penalised log-likelihood (bias unpenalised)."""
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, penalty: np.ndarray, iterations: int = 60
+) -> np.ndarray:
+    """``[bias, *weights]`` maximising the log-likelihood less ``sum(penalty * w**2) / 2``
+    (the bias unpenalised)."""
     x1 = np.c_[np.ones(len(x)), x]
     w = np.zeros(x1.shape[1])
-    penalty = L2 * np.eye(len(w))
-    penalty[0, 0] = 0.0
+    ridge = np.diag(np.r_[0.0, penalty])
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(-(x1 @ w)))
-        grad = x1.T @ (p - y) + penalty @ w
-        hess = x1.T @ (x1 * (p * (1 - p))[:, None]) + penalty + 1e-9 * np.eye(len(w))
+        grad = x1.T @ (p - y) + ridge @ w
+        hess = x1.T @ (x1 * (p * (1 - p))[:, None]) + ridge + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
         w -= step
         if np.abs(step).max() < 1e-10:
@@ -60,41 +64,67 @@ def fold_of(group: int, name: str) -> int:
     return hashlib.sha1(f"{name}:{group}".encode()).digest()[1] % 2
 
 
-def choose(kind: str, datasets: list[Rows]) -> tuple[tuple[int, ...], np.ndarray, list[str]]:
+def columns(rows: Rows, cols: tuple[int, ...], prior: float | None, named: int) -> np.ndarray:
+    """The chosen named features, then the request vector when a prior is fitted."""
+    x = rows.features[:, cols]
+    return np.c_[x, rows.features[:, named:]] if prior is not None else x
+
+
+def penalties(cols: tuple[int, ...], prior: float | None, dim: int) -> np.ndarray:
+    return np.r_[np.full(len(cols), L2), np.full(dim if prior is not None else 0, prior or 0.0)]
+
+
+def choose(kind: str, datasets: list[Rows]) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+    """The candidate with the best 2-fold dev Brier, refitted on all of dev:
+    ``(label, [bias, *named weights], request weights, table)``."""
     names = FEATURES[kind]  # type: ignore[index]
-    dev = [(r, r.splits == "dev") for r in datasets]
+    named = len(names)
+    dim = datasets[0].features.shape[1] - named
+    priors: tuple[float | None, ...] = (None, *PRIORS) if dim else (None,)
     table = []
-    best: tuple[float, tuple[int, ...]] | None = None
-    for size in range(1, len(names) + 1):
-        for cols in itertools.combinations(range(len(names)), size):
+    best: tuple[float, tuple[int, ...], float | None] | None = None
+    for size in range(1, named + 1):
+        for cols in itertools.combinations(range(named), size):
             if 0 not in cols:
                 continue
-            briers = []
-            for held in (0, 1):
-                train_x, train_y, tests = [], [], []
-                for r, m in dev:
-                    folds = np.array([fold_of(g, r.name) for g in r.groups])
-                    train_x.append(r.features[m & (folds != held)][:, cols])
-                    train_y.append(r.labels[m & (folds != held)])
-                    tests.append(
-                        (r.features[m & (folds == held)][:, cols], r.labels[m & (folds == held)])
+            for prior in priors:
+                briers = []
+                for held in (0, 1):
+                    train_x, train_y, tests = [], [], []
+                    for r in datasets:
+                        folds = np.array([fold_of(g, r.name) for g in r.groups])
+                        dev = r.splits == "dev"
+                        x = columns(r, cols, prior, named)
+                        train_x.append(x[dev & (folds != held)])
+                        train_y.append(r.labels[dev & (folds != held)])
+                        tests.append((x[dev & (folds == held)], r.labels[dev & (folds == held)]))
+                    w = fit_logistic(
+                        np.concatenate(train_x),
+                        np.concatenate(train_y),
+                        penalties(cols, prior, dim),
                     )
-                w = fit_logistic(np.concatenate(train_x), np.concatenate(train_y))
-                briers.append(np.mean([np.mean((predict(w, x) - y) ** 2) for x, y in tests]))
-            score = float(np.mean(briers))
-            table.append(f"| {kind} | {', '.join(names[c] for c in cols)} | {score:.4f} |")
-            if best is None or score < best[0]:
-                best = (score, cols)
+                    briers.append(np.mean([np.mean((predict(w, x) - y) ** 2) for x, y in tests]))
+                score = float(np.mean(briers))
+                label = ", ".join(names[c] for c in cols)
+                if prior is not None:
+                    label += f" + request vector (L2 {prior:g})"
+                table.append(f"| {kind} | {label} | {score:.4f} |")
+                if best is None or score < best[0]:
+                    best = (score, cols, prior)
     assert best is not None
-    cols = best[1]
-    x = np.concatenate([r.features[m][:, cols] for r, m in dev])
-    y = np.concatenate([r.labels[m] for r, m in dev])
-    w = fit_logistic(x, y)
-    full = np.zeros(len(names) + 1)
+    _score, cols, prior = best
+    x = np.concatenate([columns(r, cols, prior, named)[r.splits == "dev"] for r in datasets])
+    y = np.concatenate([r.labels[r.splits == "dev"] for r in datasets])
+    w = fit_logistic(x, y, penalties(cols, prior, dim))
+    full = np.zeros(named + 1)
     full[0] = w[0]
     for i, c in enumerate(cols):
         full[c + 1] = w[i + 1]
-    return cols, full, table
+    request = w[1 + len(cols) :]
+    label = ", ".join(names[c] for c in cols) + (
+        f" + request vector (L2 {prior:g})" if prior else ""
+    )
+    return label, full, request, table
 
 
 def main() -> None:
@@ -114,16 +144,21 @@ def main() -> None:
     print("| kind | features | 2-fold dev Brier |\n|---|---|---|")
     models = {}
     for kind, rows in (("any", any_rows), ("one", one_rows)):
-        cols, w, table = choose(kind, rows)
+        label, w, request, table = choose(kind, rows)
         print("\n".join(table))
-        print(f"chosen for {kind}: {[FEATURES[kind][c] for c in cols]}")  # type: ignore[index]
-        models[kind] = CalibrationModel(features=FEATURES[kind], weights=list(w[1:]), bias=w[0])  # type: ignore[index]
+        print(f"chosen for {kind}: {label}")
+        models[kind] = CalibrationModel(
+            features=FEATURES[kind],  # type: ignore[index]
+            weights=[round(v, 6) for v in w[1:]],
+            bias=round(w[0], 6),
+            request_weights=[round(v, 6) for v in request],
+        )
     calibration = Calibration(
         embedder=embedder.identity,
         one=models["one"],
         any=models["any"],
         note=(
-            "L2 logistic per question kind, features chosen by 2-fold dev Brier; any: MetaTool"
+            "L2 logistic per question kind, inputs chosen by 2-fold dev Brier; any: MetaTool"
             " awareness + BFCL relevance dev, one: LiveMCPBench servers dev;"
             " python tests/bench/fit_local_decider.py"
         ),

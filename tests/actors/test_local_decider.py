@@ -192,3 +192,37 @@ async def test_route_servers_keeps_what_the_local_decider_is_unsure_of() -> None
         answer = request_probs.answers[f"server__{i}"]
         assert isinstance(answer, BooleanAnswer)
         assert (server.id in outcome.excluded) == (answer.probability <= 0.2)
+
+
+@given(
+    query=st.text(min_size=1, max_size=120).filter(str.strip),
+    descriptions=st.lists(st.text(max_size=80), min_size=2, max_size=6),
+    gate=st.sampled_from([0.0, 0.6, 0.9, 0.99]),
+)
+def test_routing_drops_exactly_the_confident_falses(
+    query: str, descriptions: list[str], gate: float
+) -> None:
+    servers = [Server(f"s{i}", d) for i, d in enumerate(descriptions)]
+    config = RoutingConfig(min_drop_confidence=gate, generative=False)
+
+    async def both() -> tuple[Any, Any]:
+        decider = local()
+        outcome = await route_servers(query, servers, decider=decider, config=config)
+        asked = routing_request(query, [Candidate(s, ()) for s in servers], config)
+        return outcome, await decider.decide(asked)
+
+    outcome, answers = trio.run(both)
+    assert outcome.answered == len(servers)
+    for i, server in enumerate(servers):
+        p = answers.answers[f"server__{i}"].probability  # type: ignore[union-attr]
+        confident_false = p < 0.5 and abs(2 * p - 1) >= gate
+        assert (server.id in outcome.excluded) == confident_false
+
+
+async def test_routing_fails_open_when_the_embedder_breaks() -> None:
+    servers = [Server("mail", "email"), Server("weather", "rain")]
+    decider = LocalDecider(embedder=Broken(), calibration=COSINE_ONLY, run_cpu=inline)
+    outcome = await route_servers("send an email", servers, decider=decider)
+    assert outcome.outcome == "failed_open"
+    assert outcome.excluded == ()
+    assert outcome.selected == ("mail", "weather")

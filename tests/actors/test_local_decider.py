@@ -13,8 +13,18 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute import ConfigError, DecisionError, RoutingConfig, Server, route_servers, try_decide
+from toolroute import (
+    Catalog,
+    ConfigError,
+    DecisionError,
+    RoutingConfig,
+    Server,
+    route_servers,
+    try_decide,
+)
+from toolroute._core.config import EngineConfig
 from toolroute._routing.questions import Candidate, routing_request
+from toolroute._runtime.engine import open_engine
 from toolroute.decisions import (
     BooleanAnswer,
     BooleanQuestion,
@@ -226,3 +236,23 @@ async def test_routing_fails_open_when_the_embedder_breaks() -> None:
     assert outcome.outcome == "failed_open"
     assert outcome.excluded == ()
     assert outcome.selected == ("mail", "weather")
+
+
+async def test_the_engine_takes_it_from_the_environment_and_routes_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    catalog = Catalog.from_mcp_servers(
+        {
+            "mail": {"tools": [{"name": "send_email", "description": "send an email message"}]},
+            "weather": {"tools": [{"name": "forecast", "description": "rain and sunshine"}]},
+        }
+    )
+    config = EngineConfig(cache=False, routing=RoutingConfig(generative=False))
+    monkeypatch.setenv("TOOLROUTE_DECISION_PROVIDER", "local")
+    async with open_engine(catalog, config=config, embedder=None) as engine:
+        assert isinstance(engine.decider, LocalDecider)
+    async with open_engine(catalog, config=config, embedder=None, decider=local()) as engine:
+        outcome = await engine.route_servers("send an email message to bob")
+        assert outcome.strategy == "decision"
+        assert outcome.answered == 2
+        assert "mail" in outcome.selected

@@ -151,7 +151,7 @@ def test_sdk_objects_are_read_through_model_dump() -> None:
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        (b"weather", "messages must be a string or a list of message objects, got bytes"),
+        (b"weather", "messages given as bytes must be the JSON text of a message list"),
         ({"role": "user", "content": "x"}, "messages must be a string or a list.*got dict"),
         ([{"role": "user", "content": 5}], "message 0: field 'content' must be a string, a list"),
         (

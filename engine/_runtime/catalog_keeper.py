@@ -28,7 +28,7 @@ from .._judge.enrich import enrich_tools
 from .._stores.embedding_cache import embed_with_cache
 from .catalog_changes import dedupe_catalog, served, updated_catalog
 from .snapshot import Snapshot
-from .tool_index import ToolIndex
+from .tool_index import ToolIndex, served_index
 from .workers import EngineClosing, WorkerCalls
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class CatalogKeeper:
             changed = {t.id for t in (*add, *replace)}
             extra = {i: t for i, t in old.index.extra_text.items() if i not in changed}
             new = await self._workers.run(
-                functools.partial(ToolIndex, embedder=None, cache=None, extra_text=extra),
+                functools.partial(served_index, extra_text=extra),
                 served(dedup),
                 limiter=self._cpu,
             )
@@ -208,9 +208,7 @@ class CatalogKeeper:
             current = self.snapshot
             if current.index.catalog is catalog and current.index.vectors is None:
                 index = await self._workers.run(
-                    functools.partial(
-                        ToolIndex, embedder=None, cache=None, extra_text=result.texts
-                    ),
+                    functools.partial(served_index, extra_text=result.texts),
                     catalog,
                     limiter=self._cpu,
                 )

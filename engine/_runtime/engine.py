@@ -18,8 +18,10 @@ from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
+from .._core.select.arguments import served_catalog
 from .._core.select.toolsets import ToolSet
 from .._core.stores import Stores
+from .._decisions.hosts import require_trio
 from .._stores.local import EngineStores, cache_directory, local_stores
 from .catalog_changes import checked_sets, dedupe_catalog, served
 from .catalog_keeper import CatalogKeeper
@@ -33,7 +35,7 @@ from .server_router import ServerRouter
 from .snapshot import Snapshot
 from .steps import Steps, StepSelection
 from .supervisor import run_supervised
-from .tool_index import ToolIndex
+from .tool_index import ToolIndex, served_index
 from .workers import SHUTDOWN_GRACE_S, RunCpu, WorkerCalls, run_in_thread
 
 if TYPE_CHECKING:
@@ -86,9 +88,11 @@ async def open_engine(
     every tool is served.
 
     Raises:
-        ConfigError: a tool set is malformed or names a tool not in ``catalog``,
+        ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, a tool set is
+            malformed or names a tool not in ``catalog``,
             ``embedding`` dedup is asked of a keyword-only engine, or the environment
             configures a decision provider badly (an http base URL off loopback, say).
+        RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).
         EngineCrashed: a service of the engine failed past its restart budget, or failed
             in a way it cannot recover from (``__cause__`` holds the group of failures).
         Exception: an exception raised in the block comes out as itself, not wrapped in a
@@ -104,6 +108,8 @@ async def open_engine(
     in worker threads so that none outlives the block, and closes the connections of a
     decider the engine made itself.
     """
+    require_trio("toolroute.open_engine", "toolroute.asyncio.open_engine")
+    catalog = served_catalog(catalog)
     config = config or EngineConfig()
     tool_sets = checked_sets(tool_sets, catalog)
     if config.dedup.enabled and config.dedup.mode == "embedding" and embedder is None:
@@ -159,6 +165,7 @@ async def open_engine(
                 body_error = exc
                 raise
             finally:
+                engine._close()  # later calls say so instead of answering from a dead engine
                 nursery.cancel_scope.cancel("engine shutdown")
                 if batcher is not None:
                     batcher.close()
@@ -196,7 +203,7 @@ def _assemble(
     cpu = trio.CapacityLimiter(2)
     key = new_query_key()  # queries appear in events only as an HMAC
     first = Snapshot.build(
-        catalog, dedup, ToolIndex(served(dedup), embedder=None, cache=None), tool_sets
+        catalog, dedup, served_index(served(dedup)), tool_sets
     )
     keeper = CatalogKeeper(
         first,

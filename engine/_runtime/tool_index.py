@@ -18,6 +18,7 @@ from .._core.errors import ConfigError
 from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, Strategy
 from .._core.recall.vectors import INT8_FROM
+from .._core.select.arguments import served_catalog
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
 
 _DEFAULT: object = object()
@@ -46,14 +47,17 @@ class ToolIndex(RecallIndex):
         int8_from: the catalogue size from which the int8 product is used.
 
     Raises:
-        ConfigError: an unknown strategy, ``semantic``/``combined`` without an embedder, or
-            a ``cache`` of another type.
+        ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, an unknown strategy,
+            ``semantic``/``combined`` without an embedder, or a ``cache`` of another type.
         ModelIntegrityError: the default model's files fail their checksum.
 
     **Fail-open:** an embedder failure while the tools are embedded leaves a keyword-only
     index whose results are ``degraded`` with the reason; an unusable cache costs only
     re-embedding (a ``CacheWarning``), never an error.
     """
+
+    #: Set on the indexes an engine's snapshots serve from (see ``served_index``).
+    _serves_an_engine = False
 
     def __init__(
         self,
@@ -67,8 +71,8 @@ class ToolIndex(RecallIndex):
         int8_product: Int8Kernel | object | None = _DEFAULT,
         int8_from: int = INT8_FROM,
     ) -> None:
-        if not isinstance(catalog, Catalog):
-            raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
+        if not self._serves_an_engine:
+            served_catalog(catalog)  # a caller's index over no tools could never select one
         self._cache = _open_cache(cache) if embedder is not None else None
         if embedder is _DEFAULT:
             from ..providers import default_embedder
@@ -93,6 +97,18 @@ class ToolIndex(RecallIndex):
     ) -> npt.NDArray[np.float32]:
         """The tools' vectors: cached ones from disk, the rest from the embedder."""
         return embed_with_cache(embedder, texts, self._cache, progress)
+
+
+def served_index(catalog: Catalog, *, extra_text: Mapping[str, str] | None = None) -> ToolIndex:
+    """The keyword-only index an engine's snapshot starts from (its vectors come later).
+
+    Unlike ``ToolIndex(catalog)`` it takes an empty catalogue: the engine refused one when it
+    opened, but an update may still remove every tool, and the engine then serves none.
+    """
+    index = ToolIndex.__new__(ToolIndex)
+    index._serves_an_engine = True
+    index.__init__(catalog, embedder=None, cache=None, extra_text=extra_text)  # type: ignore[misc]
+    return index
 
 
 def _open_cache(cache: object) -> EmbeddingCache | None:

@@ -92,7 +92,9 @@ def test_any_option_value_either_selects_or_is_a_config_error(
         selection = INDEX.select("weather forecast", max_tools=max_tools, threshold=threshold)  # type: ignore[arg-type]
     except ConfigError:
         return
-    assert isinstance(max_tools, int) and not isinstance(max_tools, bool) and max_tools >= 0
+    assert isinstance(max_tools, int)
+    assert not isinstance(max_tools, bool)
+    assert max_tools >= 0
     assert threshold is None or (
         isinstance(threshold, int | float)
         and not isinstance(threshold, bool)

@@ -19,6 +19,7 @@ from ..catalog.catalog import Catalog
 from ..errors import ConfigError
 from ..outcome import Outcome
 from ..protocols import Embedder
+from ..select.arguments import count, query_text
 from ..select.policy import Policy, select
 from ..select.selection import Ranking, Selection
 from ..select.toolsets import ToolSet
@@ -177,6 +178,7 @@ class RecallIndex:
         wrong width, NaN or zero) gives a keyword-only ranking, ``degraded`` with the reason;
         an empty query gives an empty ranking, ``skipped``.
         """
+        query, k = query_text(query), count(k, "k", 0)
         strategy = self._strategy(strategy)
         query_vector, reason = None, self.degraded_reason
         if strategy != "keyword" and self.vectors is not None and query.strip():
@@ -194,6 +196,8 @@ class RecallIndex:
         **Fail-open:** when the embedder fails on the batch, every query is ranked by keyword
         only, ``degraded`` with the reason.
         """
+        queries = [query_text(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        k = count(k, "k", 0)
         strategy = self._strategy(strategy)
         vectors: list[npt.NDArray[np.float32] | None] = [None] * len(queries)
         reason = self.degraded_reason
@@ -353,13 +357,16 @@ class RecallIndex:
             ``always_active`` tools are returned).
 
         Raises:
-            ConfigError: an option is out of range or names a tool not in the catalogue.
+            ConfigError: ``query`` is not a string, or an option is out of range, of the
+                wrong type (``max_tools=2.5``, ``threshold=nan``) or names a tool not in the
+                catalogue.
 
         **Fail-open:** an embedder failure is never an exception here: recall falls back to
         keywords, the ``threshold`` is not applied (it is on the strategy's scale) and the
         selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
+        query = query_text(query)
         if policy is None:
             try:
                 policy = Policy(

@@ -151,9 +151,9 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
         yield _gemini_turn(where, message), False
         return
     if is_langchain(message) and "role" not in message:
-        turn = langchain_turn(where, message, _content, _role)
-        if turn is not None:
-            yield turn, False
+        read = langchain_turn(where, message, _content, _role)
+        if read is not None:
+            yield read, False
         return
     if kind is None or kind == "message":
         if not isinstance(message.get("role"), str):

@@ -20,7 +20,9 @@ def test_an_asyncio_engine_used_after_its_block_says_it_is_closed() -> None:
     async def main() -> None:
         async with toolroute_asyncio.open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
             await engine.select("weather")
-        with pytest.raises(RuntimeError, match=r"Engine\.select was called after the engine closed"):
+        with pytest.raises(
+            RuntimeError, match=r"Engine\.select was called after the engine closed"
+        ):
             await engine.select("weather")
         with pytest.raises(RuntimeError, match=r"Engine\.prepare_step was called after"):
             await engine.prepare_step("weather")

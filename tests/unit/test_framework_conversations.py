@@ -130,9 +130,7 @@ def _pydantic_ai_conversation() -> list[Any]:
         pm.ModelRequest(
             parts=[pm.SystemPromptPart("be brief"), pm.UserPromptPart("weather in Oslo")]
         ),
-        pm.ModelResponse(
-            parts=[pm.ThinkingPart("hmm"), pm.ToolCallPart("get_weather", {}, "c1")]
-        ),
+        pm.ModelResponse(parts=[pm.ThinkingPart("hmm"), pm.ToolCallPart("get_weather", {}, "c1")]),
         pm.ModelRequest(parts=[pm.ToolReturnPart("get_weather", "SECRET sunny", "c1")]),
         pm.ModelResponse(parts=[pm.TextPart("It is sunny.")]),
         pm.ModelRequest(parts=[pm.UserPromptPart(["and in", pm.TextContent("Bergen?")])]),

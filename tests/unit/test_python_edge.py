@@ -62,12 +62,16 @@ def test_the_k_of_search_is_a_positive_integer() -> None:
 
 
 def test_an_empty_catalogue_is_refused_with_the_fix() -> None:
-    with pytest.raises(ConfigError, match=r"catalog holds no tools: nothing could ever be selected"):
+    with pytest.raises(
+        ConfigError, match=r"catalog holds no tools: nothing could ever be selected"
+    ):
         ToolIndex(Catalog([]), embedder=None, cache=None)
 
 
 def test_a_catalog_of_the_wrong_type_names_the_readers() -> None:
-    with pytest.raises(ConfigError, match=r"catalog must be a Catalog.*Catalog\.from_tools.*got list"):
+    with pytest.raises(
+        ConfigError, match=r"catalog must be a Catalog.*Catalog\.from_tools.*got list"
+    ):
         ToolIndex([{"name": "x"}], embedder=None, cache=None)  # type: ignore[arg-type]
 
 

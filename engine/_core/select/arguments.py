@@ -57,7 +57,9 @@ def served_catalog(value: object) -> Catalog:
         ConfigError: another type (naming the readers that build one), or no tools.
     """
     if not isinstance(value, Catalog):
-        raise ConfigError(f"catalog must be a Catalog; build one with {_READERS}; got {shape(value)}")
+        raise ConfigError(
+            f"catalog must be a Catalog; build one with {_READERS}; got {shape(value)}"
+        )
     if not value.tools:
         raise ConfigError(
             "catalog holds no tools: nothing could ever be selected; pass at least one tool "

@@ -74,7 +74,9 @@ def langchain_turn(
     texts, block_calls, block_result = read_content(where, message.get("content"))
     calls = _langchain_calls(where, message.get("tool_calls"))
     # A provider's tool_use blocks and the message's tool_calls are the same calls: count once.
-    return make_turn(role, texts, calls or block_calls, block_result or role in ("tool", "function"))
+    return make_turn(
+        role, texts, calls or block_calls, block_result or role in ("tool", "function")
+    )
 
 
 def _langchain_calls(where: str, raw: object) -> list[str]:

@@ -103,3 +103,26 @@ async def test_sync_operations_after_the_block_say_it_is_closed_too(
     with pytest.raises(RuntimeError, match=r"Engine\.providers_of was called after"):
         engine.providers_of("get_weather")
     assert engine.catalog is TOOLS  # what it served stays readable
+
+
+async def test_a_langchain_conversation_selects_instead_of_showing_everything(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    messages = pytest.importorskip("langchain_core.messages")
+    conversation = [messages.SystemMessage("be brief"), messages.HumanMessage("weather in Oslo")]
+    async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+        step = await engine.prepare_step(conversation)
+        assert step.outcome.value != "skipped"
+        assert step.tool_ids is not None
+        assert step.tool_ids[0] == "get_weather"
+        assert step.query == "weather in Oslo"
+
+
+async def test_an_unreadable_conversation_is_a_config_error_from_prepare_step(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+        with pytest.raises(ConfigError, match=r"message 0: unknown item type 'note'"):
+            await engine.prepare_step([{"type": "note", "body": "weather"}])
+        step = await engine.prepare_step([{"role": "system", "content": "be brief"}])
+        assert step.outcome.value == "skipped"  # readable, with no request in it

@@ -35,7 +35,8 @@ def load_shapes() -> Any:
     spec = importlib.util.spec_from_file_location(
         "conversation_shapes", ROOT / "tests/unit/test_conversation_shapes.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -174,9 +174,12 @@ def test_unannotated_and_unknown_types_are_left_untyped() -> None:
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        ([object()], r"tool 0: cannot read a object; expected a Tool, a tool definition dict"),
-        ([Tool("a", "a"), 5], r"tool 1: cannot read a int"),
-        ([Tool], r"tool 0: cannot read a type"),
+        (
+            [object()],
+            r"tool 0: cannot read a value of type 'object' as a tool; expected a Tool, a tool definition dict",
+        ),
+        ([Tool("a", "a"), 5], r"tool 1: cannot read a value of type 'int' as a tool"),
+        ([Tool], r"tool 0: cannot read a value of type 'type' as a tool"),
         ("get_weather", r"expected a list of tools .* got str"),
         ({"name": "x"}, r"expected a list of tools .* got dict"),
     ],

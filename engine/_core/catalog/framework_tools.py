@@ -53,7 +53,9 @@ def read_tool(index: int, tool: object, server: str | None = None) -> Tool:
     dumped = readers.dumped(tool)
     if dumped is not None:
         return readers.read_item(index, dumped, server=server)
-    raise CatalogError(f"tool {index}: cannot read a {type(tool).__name__}; expected {EXPECTED}")
+    raise CatalogError(
+        f"tool {index}: cannot read a value of type {type(tool).__name__!r} as a tool; expected {EXPECTED}"
+    )
 
 
 def _definition(index: int, tool: object) -> dict[str, Any] | None:

@@ -260,7 +260,9 @@ class Engine(metaclass=NoPublicConstructor):
         its floor, and then stay forced on the session's next ``sessions.sticky_steps`` steps.
 
         Args:
-            messages: the conversation, as the agent passes it around.
+            messages: the conversation, as the agent or its framework passes it around:
+                OpenAI Chat or Responses, Anthropic, Gemini, LangChain messages, Pydantic
+                AI ``ModelMessage``s (or their dumps), OpenAI Agents items.
             session: the conversation's id; paging, sticky sets and tools found by
                 ``search_tools`` need one.
             force_sets: names of tool sets forced from this step on, until released (without
@@ -272,8 +274,9 @@ class Engine(metaclass=NoPublicConstructor):
             A ``StepSelection`` (``tool_ids=None`` means every tool).
 
         Raises:
-            ConfigError: a set name is not one of the engine's tool sets, or the messages
-                are malformed.
+            ConfigError: a set name is not one of the engine's tool sets, ``session`` is
+                not a string, or a message has no readable shape (the error names its
+                index, type and keys, never its text).
 
         **Cancellation:** the caller's cancel scope cancels the step; a cancelled step
         leaves the session as the steps before it left it, but for what it had applied.

@@ -56,8 +56,9 @@ from .message_view import as_mapping, is_list, listed, make_turn, shape
 #: How many recent texts join the anchor in the conversation query.
 RECENT_WINDOW = 3
 
-#: A conversation: one request as a string, or a list of messages in any supported shape.
-Messages: TypeAlias = "str | Sequence[object]"
+#: A conversation: one request as a string, a list of messages in any supported shape, or the
+#: JSON text of such a list as bytes (Pydantic AI's ``ModelMessagesTypeAdapter.dump_json``).
+Messages: TypeAlias = "str | bytes | Sequence[object]"
 
 _ROLES = {"model": "assistant", "developer": "system", "human": "user", "ai": "assistant"}
 _KNOWN_ROLES = ("user", "assistant", "system", "tool", "function")

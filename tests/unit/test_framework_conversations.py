@@ -114,6 +114,17 @@ def test_langchain_messages() -> None:
     assert extract_query(messages.messages_to_dict(conversation)) == "It is sunny."
 
 
+def test_langchain_chat_messages_carry_their_own_role() -> None:
+    messages = pytest.importorskip("langchain_core.messages")
+    conversation = [
+        messages.ChatMessage("weather in Oslo", role="user"),
+        messages.ChatMessage("Checking.", role="assistant"),
+    ]
+    assert [t.role for t in read_turns(conversation)] == ["user", "assistant"]
+    with pytest.raises(ConfigError, match=r"message 0: unknown role 'critic'"):
+        read_turns([messages.ChatMessage("x", role="critic")])
+
+
 def test_langchain_tool_use_blocks_and_tool_calls_count_once() -> None:
     messages = pytest.importorskip("langchain_core.messages")
     reply = messages.AIMessage(

@@ -151,7 +151,7 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
     if "parts" in message and kind is None:
         yield _gemini_turn(where, message), False
         return
-    if is_langchain(message) and "role" not in message:
+    if is_langchain(message):
         read = langchain_turn(where, message, _content, _role)
         if read is not None:
             yield read, False

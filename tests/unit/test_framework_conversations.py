@@ -12,6 +12,8 @@ import typing
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolroute import ConfigError
 from toolroute._core.select.conversation import extract_query, idle_steps, read_turns
@@ -229,3 +231,61 @@ def test_every_responses_input_item_type_of_the_installed_sdk_is_read() -> None:
     for tag in seen:
         item: dict[str, Any] = {"type": tag, "role": "user", "content": "x", "name": "n"}
         read_turns([item])  # read or skipped, never refused
+
+
+_SECRET = "SECRET words of the user"
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.just(_SECRET), st.sampled_from(["", " "])
+)
+_KINDS = st.sampled_from(
+    ["human", "ai", "tool", "system", "chat", "message", "function_call", "memo", "request",
+     "response", "reasoning", "x_output", "message_output_item", None, 3]
+)  # fmt: skip
+_ROLES = st.sampled_from(["user", "human", "assistant", "ai", "model", "bot", "tool", None, 1])
+
+
+def _blocks() -> st.SearchStrategy[Any]:
+    block = st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["text", "tool_use", "tool_result", "image", 5]),
+            "text": _SCALARS,
+            "name": st.one_of(st.just("get_weather"), _SCALARS),
+            "part_kind": st.sampled_from(["user-prompt", "text", "tool-call", "tool-return"]),
+            "content": _SCALARS,
+            "tool_name": st.one_of(st.just("get_weather"), _SCALARS),
+        },
+    )
+    return st.one_of(_SCALARS, st.lists(st.one_of(block, _SCALARS), max_size=3))
+
+
+_MESSAGES = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": _KINDS,
+        "role": _ROLES,
+        "kind": _KINDS,
+        "content": _blocks(),
+        "parts": _blocks(),
+        "tool_calls": _blocks(),
+        "raw_item": st.fixed_dictionaries({"role": _ROLES, "content": _blocks()}),
+        "data": st.fixed_dictionaries({"type": _KINDS, "content": _blocks()}),
+        "text": _SCALARS,
+    },
+)
+
+
+@given(st.lists(st.one_of(_MESSAGES, _SCALARS), max_size=4))
+def test_any_message_list_reads_or_is_a_config_error_that_never_quotes_the_text(
+    messages: list[Any],
+) -> None:
+    try:
+        turns = read_turns(messages)
+    except ConfigError as exc:
+        refusal = str(exc)
+        assert _SECRET not in refusal
+        return
+    for turn in turns:
+        assert isinstance(turn.text, str)
+        if turn.is_tool_result:
+            assert turn.text == ""  # a tool's output is never read as a request

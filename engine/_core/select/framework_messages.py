@@ -62,10 +62,10 @@ def langchain_turn(
     ``read_content(where, content)`` reads string or block content into texts and calls;
     ``chat_role(where, role)`` maps a ``chat`` message's own role.
     """
+    kind = message["type"]  # the outer type names the message; the data's may differ
     data = message.get("data")
     if isinstance(data, Mapping) and "content" not in message:
         message = data  # messages_to_dict: {"type", "data": {...}}
-    kind = message["type"]
     if kind in LANGCHAIN_SKIPPED:
         return None
     role = LANGCHAIN_TYPES[kind]

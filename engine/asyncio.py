@@ -262,6 +262,8 @@ def _forward(
 
     @functools.wraps(method)
     async def forward(self: AsyncioEngine, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        # Checked here too: the loop's guest run may have ended with the engine's block.
+        self.engine._check_open(name)
         return await self._host.call(getattr(self.engine, name), *args, **kwargs)
 
     forward.__qualname__ = f"AsyncioEngine.{name}"  # tracebacks name the asyncio side
@@ -367,6 +369,7 @@ class AsyncioEngine:
 
     @contextlib.asynccontextmanager
     async def _subscription(self, buffer: int | None) -> AsyncIterator[AsyncIterator[Delivery]]:
+        self.engine._check_open("subscribe")
         # A user of the guest run of its own: a consumer still draining keeps it alive.
         async with (
             _guest() as host,

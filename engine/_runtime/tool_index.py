@@ -22,9 +22,9 @@ from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
-from .._core.select.access import ToolAccess, recall_depth, request_access
+from .._core.select.access import ToolAccess, request_access
 from .._core.select.arguments import count, query_text, served_catalog
-from .._core.select.explain import ExplainRequest, check_known, explain_ask
+from .._core.select.explain import check_known, explain_ask
 from .._core.select.plan import (
     RequestVector,
     Verdict,
@@ -32,7 +32,7 @@ from .._core.select.plan import (
     needs_request_vector,
     policy_from_options,
 )
-from .._core.select.policy import Policy, select
+from .._core.select.policy import Policy
 from .._core.select.selection import Ranking, Selection, Strategy
 from .._core.select.toolsets import ToolSet
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
@@ -372,14 +372,11 @@ class ToolIndex:
             )
         # Planned (options checked) before the request is embedded, as a caller's mistake
         # costs no model call.
-        plan = self.recall.plan(query, chosen, policy)
-        request = None
         if ask is not None:
             check_known(ask, self.catalog, "explain")
-            request = ExplainRequest(ask=ask, index=self.recall, query=query)
-        wanted = recall_depth(plan.wanted, access, len(self.catalog))
-        ranking = self.recall.ranked(query, self._request(query, chosen), wanted, chosen)
-        return select(ranking, plan.policy, started, explain=request, access=access)
+        plan = self.recall.plan(query, chosen, policy)
+        request = self._request(query, chosen)
+        return self.recall.selected(query, request, chosen, plan, access, ask, started)
 
     def _strategy(self, strategy: Strategy | str | None) -> Strategy:
         if strategy is None:

@@ -323,14 +323,28 @@ class RecallIndex:
                 tool_sets=tool_sets,
                 forced_sets=forced_sets,
             )
-        plan = self.plan(query, chosen, policy)
-        wanted = recall_depth(plan.wanted, access, len(self.catalog))
-        ranking = self.ranked(query, request_vector(query_vector, reason), wanted, chosen)
-        request = None
         if ask is not None:
             check_known(ask, self.catalog, "explain")
-            request = ExplainRequest(ask=ask, index=self, query=query)
-        return select(ranking, plan.policy, started, explain=request, access=access)
+        plan = self.plan(query, chosen, policy)
+        request = request_vector(query_vector, reason)
+        return self.selected(query, request, chosen, plan, access, ask, started)
+
+    def selected(
+        self,
+        query: str,
+        request: RequestVector | None,
+        strategy: Strategy,
+        plan: SelectPlan,
+        access: ToolAccess,
+        ask: tuple[str, ...] | None,
+        started: float,
+    ) -> Selection:
+        """``select`` once its arguments are checked, the plan made and the request's vector
+        at hand (``ToolIndex.select`` embeds in between)."""
+        wanted = recall_depth(plan.wanted, access, len(self.catalog))
+        ranking = self.ranked(query, request, wanted, strategy)
+        explain = None if ask is None else ExplainRequest(ask=ask, index=self, query=query)
+        return select(ranking, plan.policy, started, explain=explain, access=access)
 
     def plan(self, query: str, strategy: Strategy, policy: Policy) -> SelectPlan:
         """The selection plan for ``query`` over this catalogue (``plan_select``).

@@ -36,16 +36,20 @@ from ._core.select.selection import Selection as Selection
 from ._core.select.selection import Strategy as Strategy
 from ._core.select.toolsets import ToolSet as ToolSet
 from ._core.select.toolsets import system_prompts as system_prompts
+from ._decisions.actor import DecisionStatistics as DecisionStatistics
 from ._routing.pipeline import RoutingOutcome as RoutingOutcome
 from ._routing.pipeline import route_servers as route_servers
 from ._runtime.engine import Engine as Engine
 from ._runtime.engine import StepSelection as StepSelection
 from ._runtime.engine import open_engine as open_engine
+from ._runtime.hub import EventStatistics as EventStatistics
 from ._runtime.recall import RecallStatistics as RecallStatistics
 from ._runtime.selector import FROM_CONFIG as FROM_CONFIG
 from ._runtime.selector import FromConfig as FromConfig
 from ._runtime.stateless import decide as decide
 from ._runtime.stateless import try_decide as try_decide
+from ._runtime.statistics import EngineStatistics as EngineStatistics
+from ._runtime.statistics import SessionStatistics as SessionStatistics
 from ._runtime.tool_index import ToolIndex as ToolIndex
 from ._stores.embedding_cache import CacheWarning as CacheWarning
 
@@ -56,11 +60,14 @@ __all__ = [
     "CatalogError",
     "ConfigError",
     "DecisionError",
+    "DecisionStatistics",
     "DedupResult",
     "EmbedderError",
     "Engine",
     "EngineConfig",
     "EngineCrashed",
+    "EngineStatistics",
+    "EventStatistics",
     "Explanation",
     "FromConfig",
     "Messages",
@@ -75,6 +82,7 @@ __all__ = [
     "RoutingOutcome",
     "Selection",
     "Server",
+    "SessionStatistics",
     "StepSelection",
     "Strategy",
     "Tool",

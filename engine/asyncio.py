@@ -44,9 +44,9 @@ from ._routing.pipeline import route_servers as trio_route_servers
 from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine
 from ._runtime.hub import Delivery
-from ._runtime.recall import RecallStatistics
 from ._runtime.stateless import decide as trio_decide
 from ._runtime.stateless import try_decide as trio_try_decide
+from ._runtime.statistics import EngineStatistics
 from ._runtime.workers import RunCpu, run_in_thread
 
 __all__ = ["AsyncioEngine", "decide", "open_engine", "route_servers", "try_decide"]
@@ -262,6 +262,8 @@ def _forward(
 
     @functools.wraps(method)
     async def forward(self: AsyncioEngine, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        # Checked here too: the loop's guest run may have ended with the engine's block.
+        self.engine._check_open(name)
         return await self._host.call(getattr(self.engine, name), *args, **kwargs)
 
     forward.__qualname__ = f"AsyncioEngine.{name}"  # tracebacks name the asyncio side
@@ -334,10 +336,9 @@ class AsyncioEngine:
         """As ``Engine.tool_sets``."""
         return self.engine.tool_sets
 
-    @property
-    def statistics(self) -> RecallStatistics:
+    def statistics(self) -> EngineStatistics:
         """As ``Engine.statistics``."""
-        return self.engine.statistics
+        return self.engine.statistics()
 
     @property
     def decider(self) -> Decider | None:
@@ -368,6 +369,7 @@ class AsyncioEngine:
 
     @contextlib.asynccontextmanager
     async def _subscription(self, buffer: int | None) -> AsyncIterator[AsyncIterator[Delivery]]:
+        self.engine._check_open("subscribe")
         # A user of the guest run of its own: a consumer still draining keeps it alive.
         async with (
             _guest() as host,

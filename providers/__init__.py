@@ -9,6 +9,9 @@ from .._core.protocols import Int8Kernel as Int8Kernel
 from .._core.public import publish as _publish
 from ._deciders.codec import DecisionCodec as DecisionCodec
 from ._deciders.default import default_decider as default_decider
+from ._deciders.local import Calibration as Calibration
+from ._deciders.local import CalibrationModel as CalibrationModel
+from ._deciders.local import LocalDecider as LocalDecider
 from ._deciders.loop import HttpDecider as HttpDecider
 from ._deciders.vendors.clef import ClefDecider as ClefDecider
 from ._deciders.vendors.laya import LayaDecider as LayaDecider
@@ -35,6 +38,8 @@ from ._http.rules import RetryPolicy as RetryPolicy
 __all__ = [
     "AnthropicGenerator",
     "BuildsFastTier",
+    "Calibration",
+    "CalibrationModel",
     "ClefDecider",
     "Decider",
     "DecisionCodec",
@@ -46,6 +51,7 @@ __all__ = [
     "HttpDecider",
     "Int8Kernel",
     "LayaDecider",
+    "LocalDecider",
     "LogprobDecider",
     "LoopOptions",
     "MiniLMEmbedder",

@@ -94,7 +94,7 @@ async def converse(engine: Engine, write: Callable[[str], None], json_lines: boo
         await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     if not json_lines:
-        stats = engine.statistics
+        stats = engine.statistics().recall
         lookups = stats.query_cache_hits + stats.query_cache_misses
         write(
             f"\nquery cache: {stats.query_cache_hits} of {lookups} request embeddings reused"

@@ -111,6 +111,8 @@ class _Job:
     number: int
     scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
     answered: bool = False
+    #: Set once the last batch started has begun; the next one waits for it.
+    last_turn: trio.Event | None = None
 
 
 async def call_provider(request: DecisionRequest, provider: Decider) -> DecisionResult:
@@ -128,6 +130,21 @@ async def call_provider(request: DecisionRequest, provider: Decider) -> Decision
         ) from exc
 
 
+@attrs.frozen(kw_only=True)
+class DecisionStatistics:
+    """Decision jobs (one ``try_decide``, ``decide`` or routing stage each) of this engine.
+
+    Attributes:
+        submitted: jobs sent to the decision actor since the engine opened.
+        in_flight: jobs not answered yet (queued for admission or running).
+        unanswered: jobs that ended with no reply because the actor stopped (they failed open).
+    """
+
+    submitted: int
+    in_flight: int
+    unanswered: int
+
+
 class DecisionActor:
     """Handle on a decision actor; :meth:`run` is the (restartable) actor itself.
 
@@ -139,6 +156,7 @@ class DecisionActor:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots!r}")
         self.slots = slots
+        self._submitted = self._in_flight = self._unanswered = 0
         # One inbox for the handle's lifetime: jobs sent while the actor (re)starts wait in it.
         self._inbox, self._receive = trio.open_memory_channel[Message](INBOX_BUFFER)
 
@@ -162,6 +180,27 @@ class DecisionActor:
         at the latest the caller's effective deadline, so its batches stop then too.
         """
         deadline = min(deadline, trio.current_effective_deadline())
+        self._submitted += 1
+        self._in_flight += 1
+        try:
+            return await self._submit(provider, requests, window, deadline, limiter)
+        finally:
+            self._in_flight -= 1
+
+    def statistics(self) -> DecisionStatistics:
+        """Jobs submitted, in flight and unanswered (the actor stopped) so far."""
+        return DecisionStatistics(
+            submitted=self._submitted, in_flight=self._in_flight, unanswered=self._unanswered
+        )
+
+    async def _submit(
+        self,
+        provider: Decider,
+        requests: Sequence[DecisionRequest],
+        window: int,
+        deadline: float,
+        limiter: trio.CapacityLimiter | None,
+    ) -> Answered | None:
         reply, answer = trio.open_memory_channel[Answered](1)
         order = Decide(provider, tuple(requests), max(1, window), deadline, limiter, reply)
         with answer:
@@ -173,6 +212,7 @@ class DecisionActor:
             try:
                 return await answer.receive()
             except trio.EndOfChannel:
+                self._unanswered += 1
                 return None
 
 
@@ -306,7 +346,8 @@ class _State:
         # Created here, not in the child, so that only the loop ever touches job state.
         scope = trio.CancelScope(deadline=job.order.deadline)
         job.scopes[index] = scope
-        self.nursery.start_soon(_run_batch, job, index, scope, self.internal)
+        previous, job.last_turn = job.last_turn, trio.Event()
+        self.nursery.start_soon(_run_batch, job, index, scope, previous, job.last_turn, self.internal)
 
     def _answer(self, job: _Job, *, late: bool = False, dropped: str = "") -> None:
         """Answer ``job`` once with what it has; whatever of it still runs is cancelled."""
@@ -330,12 +371,25 @@ def _caller_present(job: _Job) -> bool:
 
 
 async def _run_batch(
-    job: _Job, index: int, scope: trio.CancelScope, internal: trio.MemorySendChannel[Message]
+    job: _Job,
+    index: int,
+    scope: trio.CancelScope,
+    previous: trio.Event | None,
+    turn: trio.Event,
+    internal: trio.MemorySendChannel[Message],
 ) -> None:
-    """One batch under the job's deadline; it reports back whatever happened."""
+    """One batch under the job's deadline; it reports back whatever happened.
+
+    A job's batches reach the provider in question order (trio runs tasks started together
+    in either order): each waits until the one started before it has begun."""
     order = job.order
     outcome: BatchOutcome = None
     with scope:
+        try:
+            if previous is not None:
+                await previous.wait()
+        finally:
+            turn.set()
         try:
             if order.limiter is None:
                 outcome = await call_provider(order.requests[index], order.provider)

@@ -29,6 +29,7 @@ from .._core.outcome import Outcome
 from .._core.recall.keyword import KeywordIndex
 from .._core.text import tokenize
 from .._decisions.actor import DecisionActor
+from .._decisions.hosts import require_trio
 from .._decisions.run import DEFAULT_CONCURRENCY, decide_parts
 from .generative import pick_servers
 from .questions import DESCRIBE_TOOLS as DESCRIBE_TOOLS
@@ -231,6 +232,7 @@ async def route_servers(
     Raises:
         ConfigError: malformed servers or messages, or ``always_include`` naming an
             unknown server. Provider failures are never raised.
+        RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).
 
     **Cancellation:** the whole call ends by ``config.deadline_s`` (``failed_open``,
     reason ``deadline``); each stage has its own budget inside it. A caller's cancel
@@ -243,6 +245,7 @@ async def route_servers(
     malformed or near coin-flip answer keeps its server. A caller's mistake (bad servers,
     bad messages) is raised, never failed open.
     """
+    require_trio("toolroute.route_servers", "toolroute.asyncio.route_servers")
     return await route_servers_via(
         None,
         query,

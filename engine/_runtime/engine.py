@@ -22,8 +22,10 @@ from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
 from .._core.protocols import BuildsFastTier, FastTierModel
 from .._core.recall.index import RecallIndex
+from .._core.select.arguments import served_catalog
 from .._core.select.toolsets import ToolSet
 from .._core.stores import Stores
+from .._decisions.hosts import require_trio
 from .._stores.local import EngineStores, cache_directory, local_stores
 from .catalog_changes import checked_sets, dedupe_catalog, served
 from .catalog_keeper import CatalogKeeper
@@ -90,9 +92,11 @@ async def open_engine(
     every tool is served.
 
     Raises:
-        ConfigError: ``config`` is not an ``EngineConfig``, a tool set is malformed or
-            names a tool not in ``catalog``, ``embedding`` dedup is asked of a keyword-only engine, or the environment
+        ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, ``config`` is not an
+            ``EngineConfig``, a tool set is malformed or names a tool not in ``catalog``,
+            ``embedding`` dedup is asked of a keyword-only engine, or the environment
             configures a decision provider badly (an http base URL off loopback, say).
+        RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).
         EngineCrashed: a service of the engine failed past its restart budget, or failed
             in a way it cannot recover from (``__cause__`` holds the group of failures).
         Exception: an exception raised in the block comes out as itself, not wrapped in a
@@ -108,6 +112,8 @@ async def open_engine(
     in worker threads so that none outlives the block, and closes the connections of a
     decider the engine made itself.
     """
+    require_trio("toolroute.open_engine", "toolroute.asyncio.open_engine")
+    catalog = served_catalog(catalog)
     if config is None:
         config = EngineConfig()
     elif not isinstance(config, EngineConfig):
@@ -176,6 +182,7 @@ async def open_engine(
                 body_error = exc
                 raise
             finally:
+                engine._close()  # later calls say so instead of answering from a dead engine
                 nursery.cancel_scope.cancel("engine shutdown")
                 if batcher is not None:
                     batcher.close()

@@ -21,6 +21,7 @@ from .._core.decide.types import DecisionRequest, DecisionResult
 from .._core.public import NoPublicConstructor
 from .._core.recall.index import RecallIndex, Strategy
 from .._core.select.access import ToolAccess, request_access
+from .._core.select.arguments import count, query_text, session_id
 from .._core.select.policy import Policy
 from .._core.select.selection import Selection
 from .._core.select.toolsets import ToolSet
@@ -28,9 +29,10 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
-from .recall import Recall, RecallStatistics
+from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
+from .statistics import EngineStatistics
 from .steps import Messages, Steps, StepSelection
 
 if TYPE_CHECKING:
@@ -45,6 +47,9 @@ class Engine(metaclass=NoPublicConstructor):
 
     Every operation forwards to the service that owns it; reads take the catalogue keeper's
     current snapshot, so they never wait for warm-up or an update.
+
+    After the ``open_engine`` block ends, every operation raises ``RuntimeError`` saying the
+    engine is closed (the properties stay readable).
     """
 
     _way_in = "`async with toolroute.open_engine(catalog) as engine:`"
@@ -71,6 +76,21 @@ class Engine(metaclass=NoPublicConstructor):
         self._steps = steps
         self._decisions = decisions
         self._router = router
+        self._closed = False
+
+    def _close(self) -> None:
+        """Called by ``open_engine`` as its block ends: from then on operations refuse."""
+        self._closed = True
+
+    def _check_open(self, operation: str) -> None:
+        """Refuse an operation on a closed engine: its services are gone, and an answer
+        would come from a snapshot nothing keeps (a "warming up" that never ends)."""
+        if self._closed:
+            raise RuntimeError(
+                f"Engine.{operation} was called after the engine closed (its "
+                f"`async with open_engine(...)` block ended); call it inside the block, "
+                f"or open a new engine"
+            )
 
     @property
     def catalog(self) -> Catalog:
@@ -94,11 +114,17 @@ class Engine(metaclass=NoPublicConstructor):
         """The tool sets passed to ``open_engine``."""
         return self._tool_sets
 
-    @property
-    def statistics(self) -> RecallStatistics:
-        """How recall has answered so far: query-cache hits and misses, and how many requests
-        each rung of the load ladder answered (full tier, fast tier, keyword-only)."""
-        return self._recall.statistics()
+    def statistics(self) -> EngineStatistics:
+        """What the engine has counted so far, read now: recall (query-cache hits and misses,
+        how many requests the full model, the fast tier and keyword-only recall answered),
+        sessions (held, stepping, steps queued), decision jobs (submitted, in flight,
+        unanswered) and events (subscribers, published, dropped)."""
+        return EngineStatistics(
+            recall=self._recall.statistics(),
+            sessions=self._steps.statistics(),
+            decisions=self._decisions.actor.statistics(),
+            events=self._hub.statistics(),
+        )
 
     @property
     def decider(self) -> Decider | None:
@@ -115,6 +141,7 @@ class Engine(metaclass=NoPublicConstructor):
         Raises:
             ConfigError: ``tool_id`` is not in the catalogue.
         """
+        self._check_open("providers_of")
         return self._keeper.snapshot.providers_of(tool_id)
 
     def release_sets(self, session: str, names: Iterable[str]) -> None:
@@ -123,6 +150,7 @@ class Engine(metaclass=NoPublicConstructor):
         Raises:
             ConfigError: a name is not one of the engine's tool sets.
         """
+        self._check_open("release_sets")
         self._steps.release_sets(session, names)
 
     async def ready(self) -> None:
@@ -137,6 +165,7 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** a failed warm-up still ends the wait; requests are then served
         keyword-only (``degraded``).
         """
+        self._check_open("ready")
         await self._keeper.ready()
 
     def subscribe(
@@ -162,6 +191,7 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** a subscriber that falls behind loses events instead of slowing the
         engine (``publish`` never blocks); its next delivery says how many it lost.
         """
+        self._check_open("subscribe")
         # ``is None``, not ``or``: a buffer of 0 is the caller's mistake, refused by the hub.
         return self._hub.subscribe(buffer=self.config.events.buffer if buffer is None else buffer)
 
@@ -215,6 +245,8 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** a late or failed embedding or re-rank never raises: recall falls back
         to keywords (``degraded``, with the reason, and a ``fail_open`` event).
         """
+        self._check_open("select")
+        query = query_text(query)
         options = SelectOptions(
             max_tools=max_tools,
             threshold=threshold,
@@ -251,7 +283,9 @@ class Engine(metaclass=NoPublicConstructor):
         its floor, and then stay forced on the session's next ``sessions.sticky_steps`` steps.
 
         Args:
-            messages: the conversation, as the agent passes it around.
+            messages: the conversation, as the agent or its framework passes it around:
+                OpenAI Chat or Responses, Anthropic, Gemini, LangChain messages, Pydantic
+                AI ``ModelMessage``s (or their dumps), OpenAI Agents items.
             session: the conversation's id; paging, sticky sets and tools found by
                 ``search_tools`` need one.
             force_sets: names of tool sets forced from this step on, until released (without
@@ -267,8 +301,9 @@ class Engine(metaclass=NoPublicConstructor):
             A ``StepSelection`` (``tool_ids=None`` means every tool).
 
         Raises:
-            ConfigError: a set name is not one of the engine's tool sets, or the messages
-                are malformed.
+            ConfigError: a set name is not one of the engine's tool sets, ``session`` is
+                not a string, or a message has no readable shape (the error names its
+                index, type and keys, never its text).
 
         **Cancellation:** the caller's cancel scope cancels the step; a cancelled step
         leaves the session as the steps before it left it, but for what it had applied.
@@ -276,6 +311,8 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** as ``select``: recall degrades to keywords; failed routing keeps
         every server.
         """
+        self._check_open("prepare_step")
+        session = session_id(session)
         access = request_access(allow, deny, tenant)
         return await self._steps.prepare_step(
             messages, session, force_sets, release_sets, explain, access
@@ -306,6 +343,7 @@ class Engine(metaclass=NoPublicConstructor):
         (``degraded``) and a ``fail_open`` event says why; if dedup fails every tool is
         served.
         """
+        self._check_open("update")
         await self._keeper.update(add=add, remove=remove, replace=replace)
 
     async def decide(
@@ -327,6 +365,7 @@ class Engine(metaclass=NoPublicConstructor):
 
         **Fail-open:** none: ``decide`` is the raising form; use ``try_decide`` to fail open.
         """
+        self._check_open("decide")
         return await self._decisions.decide(request, provider)
 
     async def try_decide(
@@ -352,6 +391,7 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** ``None`` when there is no provider, every batch failed, or the
         deadline passed; a failed batch costs only its own answers.
         """
+        self._check_open("try_decide")
         return await self._decisions.try_decide(request, provider, deadline_s)
 
     async def route_servers(
@@ -379,6 +419,8 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** never raises for a provider failure: a failure, a late answer or
         the routing deadline keeps every server (``failed_open``).
         """
+        self._check_open("route_servers")
+        session = session_id(session)
         candidates = servers if servers is not None else self._keeper.snapshot.index.catalog
         if session is None:
             return await self._router.route_servers(query, candidates, None)
@@ -414,5 +456,7 @@ class Engine(metaclass=NoPublicConstructor):
 
         **Fail-open:** as ``select``: recall degrades to keywords.
         """
+        self._check_open("search_tools")
+        session, k = session_id(session), count(k, "k", 1)
         access = request_access(allow, deny, tenant)
         return await self._steps.search_tools(arguments, session, k, access)

@@ -18,7 +18,7 @@ import trio
 from .._core.errors import ConfigError
 from .._core.events import Event
 
-__all__ = ["DEFAULT_BUFFER", "Delivery", "EventHub", "HubStatistics"]
+__all__ = ["DEFAULT_BUFFER", "Delivery", "EventHub", "EventStatistics"]
 
 #: Events a subscriber may fall behind by before it starts losing them. Generous for a
 #: consumer that writes JSON lines; size real buffers from ``statistics().peak_buffer_used``.
@@ -40,7 +40,7 @@ class Delivery:
 
 
 @attrs.frozen(kw_only=True)
-class HubStatistics:
+class EventStatistics:
     """Counters since the hub was made.
 
     Attributes:
@@ -160,9 +160,9 @@ class EventHub:
         for sub in subscribers:
             sub.send.close()
 
-    def statistics(self) -> HubStatistics:
+    def statistics(self) -> EventStatistics:
         """The hub's counters now."""
-        return HubStatistics(
+        return EventStatistics(
             subscribers=len(self._subscribers),
             published=self._published,
             dropped=self._dropped,

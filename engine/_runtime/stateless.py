@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .._core.decide.types import DecisionRequest, DecisionResult
 from .._decisions import run
+from .._decisions.hosts import require_trio
 from ..providers import default_decider
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ async def decide(request: DecisionRequest, *, provider: Decider | None = None) -
     **Fail-open:** none: this is the strict call. Use :func:`try_decide` to carry on
     without answers when the provider fails.
     """
+    require_trio("toolroute.decide", "toolroute.asyncio.decide")
     return await run.decide(
         request, provider=provider if provider is not None else default_decider()
     )
@@ -94,6 +96,7 @@ async def try_decide(
     a provider failure is never raised. A partial result carries the answers that
     came; the questions missing from it are unanswered.
     """
+    require_trio("toolroute.try_decide", "toolroute.asyncio.try_decide")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency!r}")
     if provider is None:

@@ -53,6 +53,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .recall import Recall
 from .server_router import ServerRouter
+from .statistics import SessionStatistics
 
 #: What a step reads: the conversation as the agent passes it around.
 Messages = Sequence[Mapping[str, Any]]
@@ -153,6 +154,8 @@ class Steps:
         self._publish = publish
         self._key = key
         self._inbox: trio.MemorySendChannel[StepRequest] | None = None
+        #: The running actor's per-session queues (read by ``statistics``; the actor owns them).
+        self._queues: dict[str, deque[StepRequest]] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The actor: read requests in arrival order, queue each behind its session's.
@@ -163,6 +166,7 @@ class Steps:
         """
         send, receive = trio.open_memory_channel[StepRequest](0)
         queues: dict[str, deque[StepRequest]] = {}
+        self._queues = queues
         try:
             async with trio.open_nursery() as nursery, receive:
                 self._inbox = send
@@ -183,6 +187,14 @@ class Steps:
                             request = None
         finally:
             send.close()  # callers arriving from now on fail open at once
+
+    def statistics(self) -> SessionStatistics:
+        """Sessions the store keeps, and the steps queued or running per session now."""
+        return SessionStatistics(
+            sessions=len(self._sessions),
+            stepping=len(self._queues),
+            queued_steps=sum(len(queue) for queue in self._queues.values()),
+        )
 
     def _dispatch(
         self,

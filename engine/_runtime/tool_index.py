@@ -23,6 +23,7 @@ from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vec
 from .._core.recall.keyword import KeywordIndex
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
 from .._core.select.access import ToolAccess, recall_depth, request_access
+from .._core.select.arguments import count, query_text, served_catalog
 from .._core.select.explain import ExplainRequest, check_known, explain_ask
 from .._core.select.plan import (
     RequestVector,
@@ -88,8 +89,8 @@ class ToolIndex:
         int8_from: the catalogue size from which the int8 product is used.
 
     Raises:
-        ConfigError: an unknown strategy, ``semantic``/``combined`` without an embedder, or
-            a ``cache`` of another type.
+        ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, an unknown strategy,
+            ``semantic``/``combined`` without an embedder, or a ``cache`` of another type.
         ModelIntegrityError: the default model's files fail their checksum.
 
     **Fail-open:** an embedder failure while the tools are embedded leaves a keyword-only
@@ -110,8 +111,7 @@ class ToolIndex:
         int8_from: int = INT8_FROM,
     ) -> None:
         started = time.perf_counter()
-        if not isinstance(catalog, Catalog):
-            raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
+        served_catalog(catalog)  # an index over no tools could never select one
         self._cache = _open_cache(cache) if embedder is not None else None
         if embedder is _DEFAULT:
             from ..providers import default_embedder
@@ -220,6 +220,7 @@ class ToolIndex:
         wrong width, NaN or zero) gives a keyword-only ranking, ``degraded`` with the reason;
         an empty query gives an empty ranking, ``skipped``.
         """
+        query, k = query_text(query), count(k, "k", 0)
         chosen = self._strategy(strategy)
         return self.recall.ranked(query, self._request(query, chosen), k, chosen)
 
@@ -234,6 +235,8 @@ class ToolIndex:
         **Fail-open:** when the embedder fails on the batch, every query is ranked by keyword
         only, ``degraded`` with the reason.
         """
+        queries = [query_text(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        k = count(k, "k", 0)
         chosen = self._strategy(strategy)
         tools = self.recall.vectors_verdict
         requests: list[RequestVector | None] = [None] * len(queries)
@@ -352,6 +355,7 @@ class ToolIndex:
         selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
+        query = query_text(query)
         chosen = self._strategy(strategy)
         ask = explain_ask(explain)
         access = request_access(allow, deny, tenant)
@@ -381,6 +385,7 @@ class ToolIndex:
         if strategy is None:
             return self.strategy
         return chosen_strategy(strategy, has_embedder=self.embedder is not None, strict=True)
+
 
 
 def _open_cache(cache: object) -> EmbeddingCache | None:

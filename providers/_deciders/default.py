@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._core.errors import ConfigError
+from .local import LocalDecider
 from .loop import HttpDecider
 from .vendors.clef import ClefDecider
 from .vendors.laya import LayaDecider
@@ -100,7 +101,7 @@ IMPLICIT: tuple[tuple[str, Callable[[Env], HttpDecider | None]], ...] = (
     ("cloudflare-clef", _clef),
 )
 #: Names (and aliases) accepted in ``TOOLROUTE_DECISION_PROVIDER`` or ``provider=``.
-EXPLICIT: dict[str, Callable[[Env], HttpDecider | None]] = {
+EXPLICIT: dict[str, Callable[[Env], HttpDecider | LocalDecider | None]] = {
     **dict(IMPLICIT),
     "jev": _typesafe,
     "typesafe-ai": _typesafe,
@@ -110,18 +111,21 @@ EXPLICIT: dict[str, Callable[[Env], HttpDecider | None]] = {
     "openai-decisions": _openai_decisions,
     "scaledown": _scaledown,
     "logprob": _logprob,
+    # Offline, no key: the bundled model, calibrated. Opt-in (see LocalDecider).
+    "local": lambda _env: LocalDecider(),
 }
 
 
 def default_decider(
     provider: str | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpDecider | None:
+) -> HttpDecider | LocalDecider | None:
     """The decision provider the environment configures, or ``None``.
 
     Args:
         provider: a provider name to use (``typesafe``, ``laya``, ``xor``,
             ``perplexity-decider``, ``cloudflare-clef``, ``openai-decisions``,
-            ``scaledown``, ``logprob``); ``TOOLROUTE_DECISION_PROVIDER`` when
+            ``scaledown``, ``logprob``, ``local`` for the offline ``LocalDecider``);
+            ``TOOLROUTE_DECISION_PROVIDER`` when
             ``None``; otherwise the first configured of TypeSafe
             (``TYPESAFE_API_KEY`` or ``AI_GATEWAY_API_KEY``), Laya, XOR,
             Perplexity and Clef.

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from toolroute import ConfigError
 from toolroute._core.events import Event, WarmupProgress
-from toolroute._runtime.hub import Delivery, EventHub, HubStatistics
+from toolroute._runtime.hub import Delivery, EventHub, EventStatistics
 
 
 def progress(n: int) -> WarmupProgress:
@@ -53,7 +53,7 @@ async def test_slow_subscriber_loses_events_and_next_delivery_says_how_many() ->
         hub.publish(progress(11))
         # 2..9 were lost; the count arrives with the next delivery, then resets.
         assert [(done_of(d), d.dropped) for d in drain(deliveries)] == [(10, 8), (11, 0)]
-    assert hub.statistics() == HubStatistics(subscribers=0, published=12, dropped=8)
+    assert hub.statistics() == EventStatistics(subscribers=0, published=12, dropped=8)
 
 
 async def test_publish_never_blocks_even_with_a_full_buffer(
@@ -144,7 +144,7 @@ async def test_closed_receiver_is_removed_on_next_publish() -> None:
         deliveries.close()
         assert hub.statistics().subscribers == 1
         hub.publish(progress(0))
-        assert hub.statistics() == HubStatistics(subscribers=0, published=1, dropped=0)
+        assert hub.statistics() == EventStatistics(subscribers=0, published=1, dropped=0)
 
 
 async def test_close_ends_iteration_after_the_buffered_events(
@@ -178,7 +178,7 @@ async def test_after_close_publish_does_nothing_and_subscriptions_end_at_once() 
     hub.publish(progress(0))
     async with hub.subscribe() as deliveries:
         assert [d async for d in deliveries] == []
-    assert hub.statistics() == HubStatistics(subscribers=0, published=0, dropped=0)
+    assert hub.statistics() == EventStatistics(subscribers=0, published=0, dropped=0)
 
 
 @pytest.mark.parametrize("buffer", [0, -1, True, 1.5, float("inf")])

@@ -119,7 +119,7 @@ async def test_the_fast_tier_runs_under_the_supervisor_and_restarts_after_a_cras
     config = EngineConfig(cache_dir=str(tmp_path), warmup=WarmupConfig(wait=True))
     async with open_engine(TOOLS, config=config, embedder=builder, run_cpu=inline_cpu()) as engine:
         await trio.sleep(5)  # the crash, the backoff, the second build
-        assert engine.statistics.fast_tier_open
+        assert engine.statistics().recall.fast_tier_open
     restarts = [e for e in published if isinstance(e, ServiceRestarted)]
     assert [e.service for e in restarts] == ["fast tier"]
     assert "a bug in the fast tier service" in restarts[0].error
@@ -145,7 +145,7 @@ async def test_leaving_an_engine_stops_a_build_between_its_steps(tmp_path: Path)
     async with open_engine(TOOLS, config=config, embedder=builder) as engine:
         await trio.to_thread.run_sync(builder.spinning.wait, 30)
         assert builder.spinning.is_set()
-        assert not engine.statistics.fast_tier_open
+        assert not engine.statistics().recall.fast_tier_open
         leaving = time.monotonic()
     left_after = time.monotonic() - leaving
     assert builder.stopped.is_set()

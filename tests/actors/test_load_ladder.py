@@ -347,7 +347,7 @@ async def test_an_engine_without_the_bundled_model_has_no_fast_tier_and_shares_i
             for _ in range(3):  # three callers, one request: one model call
                 nursery.start_soon(e.select, "weather in Oslo")
         await e.select("weather in Oslo")
-        stats = e.statistics
+        stats = e.statistics().recall
     assert len(model.calls) - calls == 1
     assert not stats.fast_tier_ready
     assert (stats.query_cache_hits, stats.query_cache_misses) == (1, 3)

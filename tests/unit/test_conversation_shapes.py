@@ -151,7 +151,7 @@ def test_sdk_objects_are_read_through_model_dump() -> None:
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        (b"weather", "messages must be a string or a list of message objects, got bytes"),
+        (b"weather", "messages given as bytes must be the JSON text of a message list"),
         ({"role": "user", "content": "x"}, "messages must be a string or a list.*got dict"),
         ([{"role": "user", "content": 5}], "message 0: field 'content' must be a string, a list"),
         (
@@ -339,3 +339,104 @@ def test_every_shape_of_one_conversation_reads_alike(events: list[Event], varian
     assert len(selections) == 1
     if len(events) == 1 and isinstance(events[0], Ask):
         assert extract_query(events[0].text) == queries.pop()
+
+
+# -- the frameworks' shapes of the same conversation ------------------------------------------
+
+
+def langchain(events: list[Event], as_dicts: bool) -> list[Any]:
+    lc = pytest.importorskip("langchain_core.messages")
+    out: list[Any] = []
+    for event in events:
+        if isinstance(event, Ask):
+            out.append(lc.HumanMessage(event.text))
+            continue
+        calls = [{"name": n, "args": {}, "id": f"c{i}"} for i, n in enumerate(event.calls)]
+        out.append(lc.AIMessage(event.text, tool_calls=calls))
+        out.extend(lc.ToolMessage("R", tool_call_id=f"c{i}") for i in range(len(event.calls)))
+    return lc.messages_to_dict(out) if as_dicts else out
+
+
+def langchain_dumps(events: list[Event], _: bool) -> list[Any]:
+    return [message.model_dump() for message in langchain(events, False)]
+
+
+def pydantic_ai(events: list[Event], dumped: bool) -> Any:
+    pm = pytest.importorskip("pydantic_ai.messages")
+    out: list[Any] = []
+    for event in events:
+        if isinstance(event, Ask):
+            out.append(pm.ModelRequest(parts=[pm.UserPromptPart(event.text)]))
+            continue
+        parts: list[Any] = [pm.TextPart(event.text)] if event.text else []
+        parts += [pm.ToolCallPart(n, {}, f"c{i}") for i, n in enumerate(event.calls)]
+        out.append(pm.ModelResponse(parts=parts))
+        if event.calls:
+            returns = [pm.ToolReturnPart(n, "R", f"c{i}") for i, n in enumerate(event.calls)]
+            out.append(pm.ModelRequest(parts=returns))
+    return pm.ModelMessagesTypeAdapter.dump_json(out) if dumped else out
+
+
+def pydantic_ai_dumps(events: list[Event], _: bool) -> Any:
+    adapter = pytest.importorskip("pydantic_ai.messages").ModelMessagesTypeAdapter
+    return adapter.dump_python(pydantic_ai(events, False))
+
+
+def agents_items(events: list[Event], as_input: bool) -> list[Any]:
+    items = pytest.importorskip("agents.items")
+    agent = pytest.importorskip("agents").Agent(name="a")
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    out: list[Any] = []
+    for event in events:
+        if isinstance(event, Ask):
+            out.append({"role": "user", "content": event.text})
+            continue
+        if event.text or not event.calls:
+            text = ResponseOutputText(type="output_text", text=event.text, annotations=[])
+            said = ResponseOutputMessage(
+                id="m", role="assistant", status="completed", type="message", content=[text]
+            )
+            out.append(items.MessageOutputItem(agent=agent, raw_item=said))
+        for i, name in enumerate(event.calls):
+            call = ResponseFunctionToolCall(
+                type="function_call", call_id=f"c{i}", name=name, arguments="{}"
+            )
+            out.append(items.ToolCallItem(agent=agent, raw_item=call))
+        out.extend(
+            items.ToolCallOutputItem(
+                agent=agent,
+                raw_item={"type": "function_call_output", "call_id": f"c{i}", "output": "R"},
+                output="R",
+            )
+            for i in range(len(event.calls))
+        )
+    if as_input:
+        return [i if isinstance(i, dict) else i.to_input_item() for i in out]
+    return out
+
+
+FRAMEWORK_SHAPES: list[Callable[[list[Event], bool], Any]] = [
+    langchain,
+    langchain_dumps,
+    pydantic_ai,
+    pydantic_ai_dumps,
+    agents_items,
+]
+
+
+@given(conversations(), st.booleans())
+def test_every_framework_shape_of_one_conversation_reads_alike(
+    events: list[Event], variant: bool
+) -> None:
+    rendered = [shape(events, variant) for shape in [*SHAPES, *FRAMEWORK_SHAPES]]
+    queries = {extract_query(messages) for messages in rendered}
+    assert len(queries) == 1, queries
+    assert len({idle_steps(messages) for messages in rendered}) == 1
+    assert len({routing_query(messages) for messages in rendered}) == 1
+    selections = {KEYWORD_INDEX.select(q, adaptive=False).tool_ids for q in queries}
+    assert len(selections) == 1

@@ -371,7 +371,7 @@ def test_deeply_nested_definitions_are_catalog_errors(depth: int, tmp_path: Path
 @pytest.mark.parametrize("depth", [400, 5_000])
 def test_deeply_nested_messages_are_config_errors(depth: int) -> None:
     with pytest.raises(
-        ConfigError, match=r"message 0: content block 0: expected an object, got list \[\["
+        ConfigError, match=r"message 0: content block 0: expected an object, got list of 1 items"
     ):
         read_turns([{"role": "user", "content": nested_list(depth)}])
     with pytest.raises(ConfigError, match=r"message 0: expected a message"):

@@ -201,7 +201,7 @@ def test_out_of_range_options_are_config_errors() -> None:
 
 
 def test_index_needs_a_catalog() -> None:
-    with pytest.raises(ConfigError, match="expected a Catalog"):
+    with pytest.raises(ConfigError, match="catalog must be a Catalog"):
         ToolIndex([{"name": "x"}], embedder=None, cache=None)  # type: ignore[arg-type]
 
 

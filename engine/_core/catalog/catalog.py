@@ -9,7 +9,7 @@ import attrs
 
 from .. import files
 from ..errors import CatalogError
-from . import readers
+from . import framework_tools, readers
 from .tool import QUALIFIER as QUALIFIER
 from .tool import Server as Server
 from .tool import Tool as Tool
@@ -26,7 +26,8 @@ class Catalog:
     """An ordered, immutable set of tools with unique ids.
 
     Build one with a reader (``from_file``, ``from_openai``, ``from_anthropic``,
-    ``from_gemini``, ``from_mcp``, ``from_plain``) or directly from ``Tool`` objects;
+    ``from_gemini``, ``from_mcp``, ``from_plain``; ``from_tools`` for framework tool objects
+    and Python functions) or directly from ``Tool`` objects;
     ``Catalog.demo()`` is the bundled demo catalogue.
 
     Raises:
@@ -129,7 +130,8 @@ class Catalog:
 
     @classmethod
     def from_mcp(cls, result: object, *, server: str | None = None) -> Catalog:
-        """An MCP ``tools/list`` result (or the JSON-RPC response holding one)."""
+        """An MCP ``tools/list`` result (or the JSON-RPC response holding one), as JSON or as
+        the MCP SDK's ``ListToolsResult`` (or a list of its ``Tool`` objects)."""
         return cls._built(readers.read_mcp(result, server=server))
 
     @classmethod
@@ -139,6 +141,28 @@ class Catalog:
         Tool ids become ``f"{server}__{name}"`` where a name occurs on several servers.
         """
         return cls._built(readers.read_mcp_servers(servers))
+
+    @classmethod
+    def from_tools(cls, tools: Iterable[object], *, server: str | None = None) -> Catalog:
+        """Tools as a program or an agent framework holds them, in any mix.
+
+        Each item may be a ``Tool``; a definition dict in any supported format; an OpenAI
+        Agents SDK ``FunctionTool``; a Pydantic AI ``ToolDefinition`` or ``Tool``; a
+        LangChain ``BaseTool`` (the JSON Schema of its ``tool_call_schema``); an MCP SDK
+        ``Tool``; or a plain Python function (its name, its docstring's summary, and a JSON
+        Schema from its signature, with parameter descriptions from a Google-, NumPy- or
+        Sphinx-style docstring). Objects are read by their shape: toolroute imports no
+        framework.
+
+        Args:
+            tools: the tools, in the order to keep.
+            server: the server (or namespace) of every tool, overriding their own.
+
+        Raises:
+            CatalogError: an object of no known shape (naming its index and type), a
+                malformed definition, or two tools sharing an id.
+        """
+        return cls(framework_tools.read_tools(tools, server=server))
 
     @classmethod
     def from_plain(cls, tools: object) -> Catalog:

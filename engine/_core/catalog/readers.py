@@ -138,6 +138,37 @@ def _read_plain(data: object) -> ReadTools:
     return ReadTools(_qualify_clashes(_read_items(data, _plain_item)))
 
 
+def read_item(index: int, item: object, *, server: str | None = None) -> Tool:
+    """One definition in any format (OpenAI's nesting unwrapped; parameters under any of
+    the formats' keys); ``server`` overrides the item's own."""
+    item = _require_object(index, item)
+    if "function" in item or item.get("type") == "function":
+        inner = item.get("function")
+        if isinstance(inner, Mapping):
+            item = inner
+    return _build(index, item, parameter_keys=_PARAMETER_KEYS, server=server)
+
+
+def dumped(value: object) -> Mapping[str, Any] | None:
+    """A pydantic model (an MCP SDK ``Tool`` or ``ListToolsResult``, say) as its JSON dump
+    under the wire's names; ``None`` for anything else."""
+    dump = getattr(value, "model_dump", None)
+    if not callable(dump) or isinstance(value, type):
+        return None
+    try:
+        result = dump(mode="json", by_alias=True, exclude_none=True)
+    except TypeError:  # a model_dump without pydantic's options
+        result = dump()
+    except Exception as exc:  # a caller's object that cannot describe itself
+        raise CatalogError(f"cannot read {type(value).__name__}: {exc}") from exc
+    return result if isinstance(result, Mapping) else None
+
+
+def qualify_clashes(tools: list[Tool]) -> list[Tool]:
+    """Give tools whose name occurs on several servers the id ``server__name``."""
+    return _qualify_clashes(tools)
+
+
 def _qualify_clashes(tools: list[Tool]) -> list[Tool]:
     """Give tools whose name occurs on several servers the id ``server__name``."""
     servers_by_name: dict[str, set[str | None]] = {}
@@ -285,6 +316,8 @@ def _unwrap_tools(data: object, format: str) -> object:
 
 
 def _mcp_tools(result: object) -> object:
+    if not isinstance(result, Mapping | list):
+        result = dumped(result) or result  # the MCP SDK's ListToolsResult
     if isinstance(result, Mapping) and isinstance(result.get("result"), Mapping):
         result = result["result"]  # a whole JSON-RPC response
     if isinstance(result, Mapping):
@@ -316,6 +349,8 @@ def _gemini_declarations(data: object) -> list[object]:
 
 
 def _require_object(index: int, item: object) -> Mapping[str, Any]:
+    if not isinstance(item, Mapping):
+        item = dumped(item) or item  # an SDK's tool object (MCP ``Tool``)
     if not isinstance(item, Mapping):
         raise CatalogError(f"tool {index}: expected an object, got {_describe(item)}")
     return item

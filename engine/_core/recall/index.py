@@ -21,6 +21,7 @@ from ..catalog.catalog import Catalog
 from ..errors import ConfigError
 from ..protocols import Embedder
 from ..select.access import ToolAccess, recall_depth, request_access
+from ..select.arguments import query_text
 from ..select.explain import ExplainRequest, check_known, explain_ask
 from ..select.plan import (
     RecallPlan,
@@ -298,13 +299,16 @@ class RecallIndex:
             ``skipped`` for an empty query (then only ``always_active`` tools are returned).
 
         Raises:
-            ConfigError: an option is out of range or names a tool not in the catalogue.
+            ConfigError: ``query`` is not a string, or an option is out of range, of the
+                wrong type (``max_tools=2.5``, ``threshold=nan``) or names a tool not in the
+                catalogue.
 
         **Fail-open:** a missing vector is never an exception here: recall falls back to
         keywords, the ``threshold`` is not applied (it is on the strategy's scale) and the
         selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
+        query = query_text(query)
         chosen = chosen_strategy(strategy, has_embedder=self.vectors is not None, strict=False)
         ask = explain_ask(explain)
         access = request_access(allow, deny, tenant)

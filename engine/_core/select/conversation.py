@@ -12,7 +12,15 @@ A conversation is a plain string (one user request) or a list in any shape agent
 - **Gemini contents** — ``{"role": "user" | "model", "parts": [{"text"}, {"functionCall"},
   {"functionResponse"}]}`` (the Python SDK's ``function_call`` spelling too).
 
-Objects with a ``model_dump()`` method (the vendors' SDK types) are read as their dump. Text
+- **LangChain** messages and their dicts, **Pydantic AI** ``ModelMessage``s and their dumps
+  (see ``framework_messages``), **OpenAI Agents SDK** run items (their ``raw_item``) and
+  input items (Responses items); ``role: "human"`` and ``"ai"`` are LangChain's spellings.
+
+Objects are read by their shape, never by importing a framework: a pydantic model (the
+vendors' SDK types, LangChain messages) as its ``model_dump()``, a dataclass (Pydantic AI,
+Agents items) as its fields. A message no format reads is a ``ConfigError`` naming its index,
+type and keys (never its text); a readable conversation without user text reads as no query
+(``skipped``). Text
 comes from string content and text blocks; tool results carry no request text. Responses
 call items that follow an assistant turn join it: one model response is one step there too,
 so every shape of the same conversation gives the same query and step count.
@@ -29,112 +37,175 @@ Query extraction follows toolpick's rules as the reference:
 
 from __future__ import annotations
 
-import reprlib
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias, TypeGuard
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import attrs
 
 from ..errors import ConfigError
+from .framework_messages import (
+    is_langchain,
+    is_pydantic_ai,
+    langchain_turn,
+    pydantic_ai_turns,
+)
+from .message_view import Turn as Turn
+from .message_view import as_mapping, is_list, listed, make_turn, shape
 
 #: How many recent texts join the anchor in the conversation query.
 RECENT_WINDOW = 3
 
-#: A conversation: one request as a string, or a list of messages in any supported shape.
-Messages: TypeAlias = "str | Sequence[object]"
+#: A conversation: one request as a string, a list of messages in any supported shape, or the
+#: JSON text of such a list as bytes (Pydantic AI's ``ModelMessagesTypeAdapter.dump_json``).
+Messages: TypeAlias = "str | bytes | Sequence[object]"
 
-_ROLES = {"model": "assistant", "developer": "system"}  # Gemini and OpenAI spellings
+_ROLES = {"model": "assistant", "developer": "system", "human": "user", "ai": "assistant"}
+_KNOWN_ROLES = ("user", "assistant", "system", "tool", "function")
 _TOOL_ROLES = ("tool", "function")
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
-_CALL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
+_CALL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use", "tool_call")
 _NAMED_CALL_ITEMS = ("function_call", "custom_tool_call", "mcp_call")
-_EXPECTED = (
-    "a message with a string 'role', a Responses item with a string 'type' "
-    "or a Gemini content with 'parts'"
+#: Responses item types that carry no request text and no tool use of the agent's.
+_SILENT_ITEMS = (
+    "reasoning",
+    "item_reference",
+    "mcp_list_tools",
+    "mcp_approval_request",
+    "mcp_approval_response",
+    "compaction",
+    "compaction_trigger",
+    "configuration_update",
+    "additional_tools",
+    "program",
 )
-
-
-@attrs.frozen
-class Turn:
-    """One message reduced to what routing needs."""
-
-    role: str
-    text: str
-    tool_calls: tuple[str, ...] = ()
-    is_tool_result: bool = False
+_EXPECTED = (
+    "a message with a string 'role' (OpenAI, Anthropic), a Responses item with a string "
+    "'type', a Gemini content with 'parts', a LangChain message ('type': human, ai, system, "
+    "tool) or a Pydantic AI message ('kind': request or response, with 'parts')"
+)
 
 
 def read_turns(messages: object) -> list[Turn]:
     """Normalise a conversation in any supported shape into turns.
 
     Args:
-        messages: a string (one user request) or a list of messages (see the module doc).
+        messages: a string (one user request), a list of messages (see the module doc), or
+            the JSON text of such a list as bytes (``ModelMessagesTypeAdapter.dump_json``).
 
     Returns:
-        One turn per message; Gemini ``model`` becomes ``assistant``, Responses call items join
-        the assistant turn they follow, and items that carry nothing (``reasoning`` …) are left
-        out.
+        One turn per message (a Pydantic AI request may give several); Gemini ``model``
+        becomes ``assistant``, Responses call items join the assistant turn they follow, and
+        items that carry nothing (``reasoning`` …) are left out.
 
     Raises:
         ConfigError: ``messages`` is neither a string nor a list, or a message has a shape none
-            of the formats allows; the message names the index, what was expected and what came.
+            of the formats allows; the message names the index, what was expected and what
+            came (its type and keys, never its text).
     """
     if isinstance(messages, str):
         return [Turn("user", messages.strip())]
-    if isinstance(messages, bytes | bytearray | Mapping) or not isinstance(messages, Sequence):
+    if isinstance(messages, bytes | bytearray):
+        messages = _json_list(messages)
+    if isinstance(messages, Mapping) or not isinstance(messages, Sequence):
         raise ConfigError(
-            f"messages must be a string or a list of message objects, got {_describe(messages)}"
+            f"messages must be a string or a list of message objects, got {shape(messages)}"
         )
     turns: list[Turn] = []
     for index, message in enumerate(messages):
-        turn, joins_step = _read_message(index, message)
-        if turn is None:
-            continue
-        last = turns[-1] if turns else None
-        if joins_step and last is not None and last.role == "assistant":
-            turns[-1] = attrs.evolve(last, tool_calls=(*last.tool_calls, *turn.tool_calls))
-        else:
-            turns.append(turn)
+        for turn, joins_step in _read_message(f"message {index}", message):
+            last = turns[-1] if turns else None
+            if joins_step and last is not None and last.role == "assistant":
+                turns[-1] = attrs.evolve(last, tool_calls=(*last.tool_calls, *turn.tool_calls))
+            else:
+                turns.append(turn)
     return turns
 
 
-def _read_message(index: int, raw: object) -> tuple[Turn | None, bool]:
-    """The turn a message gives (``None``: nothing to read) and whether it joins the last step."""
-    message = _as_mapping(raw, f"message {index}")
+def _json_list(data: bytes | bytearray) -> object:
+    expected = (
+        "messages given as bytes must be the JSON text of a message list "
+        "(as ModelMessagesTypeAdapter.dump_json writes it)"
+    )
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ConfigError(f"{expected}, got {shape(data)} that are not JSON") from None
+    if not isinstance(value, list):
+        raise ConfigError(f"{expected}, got JSON {shape(value)}")
+    return value
+
+
+def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
+    """The turns a message gives (none: nothing to read), each with whether it joins the
+    last step."""
+    message = as_mapping(raw, where)
     kind = message.get("type")
-    role = message.get("role")
-    where = f"message {index}"
+    if "raw_item" in message and isinstance(kind, str) and kind.endswith("_item"):
+        yield from _read_message(where, message["raw_item"])  # an Agents SDK run item
+        return
+    if is_pydantic_ai(message):
+        for turn in pydantic_ai_turns(where, message):
+            yield turn, False
+        return
     if "parts" in message and kind is None:
-        return _gemini_turn(where, message), False
+        yield _gemini_turn(where, message), False
+        return
+    if is_langchain(message):
+        read = langchain_turn(where, message, _content, _role)
+        if read is not None:
+            yield read, False
+        return
     if kind is None or kind == "message":
-        if not isinstance(role, str):
-            raise ConfigError(f"{where}: expected {_EXPECTED}, got {_clip(message)}")
-        return _message_turn(where, role, message), False
+        if not isinstance(message.get("role"), str):
+            raise ConfigError(f"{where}: expected {_EXPECTED}; got {shape(message)}")
+        yield _message_turn(where, message), False
+        return
     if not isinstance(kind, str):
-        raise ConfigError(f"{where}: field 'type' must be a string, got {_describe(kind)}")
+        raise ConfigError(f"{where}: field 'type' must be a string, got {shape(kind)}")
     if kind in _NAMED_CALL_ITEMS or kind.endswith("_call"):
         name = message.get("name")
         called = name if kind in _NAMED_CALL_ITEMS and isinstance(name, str) else kind[:-5]
-        return Turn("assistant", "", (called,)), True
-    if kind.endswith("_output"):
-        return Turn("tool", "", (), True), False
-    return None, False  # reasoning, item_reference, approvals…: no request text, no tool use
+        yield Turn("assistant", "", (called,)), True
+    elif kind.endswith("_output"):
+        yield Turn("tool", "", (), True), False
+    elif kind not in _SILENT_ITEMS:
+        raise ConfigError(
+            f"{where}: unknown item type {kind!r} (keys {listed(message.keys())}); expected "
+            f"{_EXPECTED}"
+        )
 
 
-def _message_turn(where: str, role: str, message: Mapping[str, Any]) -> Turn:
+def _role(where: str, role: object) -> str:
+    if not isinstance(role, str):
+        raise ConfigError(f"{where}: field 'role' must be a string, got {shape(role)}")
     role = _ROLES.get(role, role)
-    content = message.get("content")
+    if role not in _KNOWN_ROLES:
+        known = ", ".join((*_KNOWN_ROLES, *_ROLES))
+        raise ConfigError(f"{where}: unknown role {role!r}; expected one of {known}")
+    return role
+
+
+def _message_turn(where: str, message: Mapping[str, Any]) -> Turn:
+    role = _role(where, message.get("role"))
+    texts, calls, tool_result = _content(where, message.get("content"))
+    calls.extend(_chat_calls(where, message))
+    return make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
+
+
+def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
+    """Texts, tool calls and whether a tool result came, from string or block content."""
     texts: list[str] = []
     calls: list[str] = []
-    tool_result = role in _TOOL_ROLES
+    tool_result = False
     if isinstance(content, str):
         texts.append(content)
-    elif _is_list(content):
+    elif is_list(content):
         for number, raw in enumerate(content):
             if isinstance(raw, str):
                 texts.append(raw)
                 continue
-            block = _as_mapping(raw, f"{where}: content block {number}")
+            block = as_mapping(raw, f"{where}: content block {number}")
             kind = block.get("type")
             if kind in _TEXT_BLOCKS and isinstance(block.get("text"), str):
                 texts.append(block["text"])
@@ -145,10 +216,9 @@ def _message_turn(where: str, role: str, message: Mapping[str, Any]) -> Turn:
     elif content is not None:
         raise ConfigError(
             f"{where}: field 'content' must be a string, a list of content blocks or null, "
-            f"got {_describe(content)}"
+            f"got {shape(content)}"
         )
-    calls.extend(_chat_calls(where, message))
-    return _turn(role, texts, calls, tool_result)
+    return texts, calls, tool_result
 
 
 def _chat_calls(where: str, message: Mapping[str, Any]) -> list[str]:
@@ -156,80 +226,45 @@ def _chat_calls(where: str, message: Mapping[str, Any]) -> list[str]:
     raw_calls = message.get("tool_calls")
     if raw_calls is None:
         raw_calls = []
-    elif not _is_list(raw_calls):
-        raise ConfigError(f"{where}: field 'tool_calls' must be a list, got {_describe(raw_calls)}")
+    elif not is_list(raw_calls):
+        raise ConfigError(f"{where}: field 'tool_calls' must be a list, got {shape(raw_calls)}")
     functions = []
     for number, raw in enumerate(raw_calls):
-        call = _as_mapping(raw, f"{where}: tool call {number}")
-        functions.append(call.get("function", call.get("custom")))  # function or custom tool
+        call = as_mapping(raw, f"{where}: tool call {number}")
+        functions.append(call.get("function", call.get("custom", call)))  # or a bare call
     functions.append(message.get("function_call"))
     names = []
     for function in functions:
         if function is not None and not isinstance(function, Mapping):
-            function = _as_mapping(function, f"{where}: function")
+            function = as_mapping(function, f"{where}: function")
         if function is not None and isinstance(function.get("name"), str):
             names.append(function["name"])
     return names
 
 
 def _gemini_turn(where: str, content: Mapping[str, Any]) -> Turn:
-    role = content.get("role", "user")  # Gemini allows the role to be left out for user turns
-    if not isinstance(role, str):
-        raise ConfigError(f"{where}: field 'role' must be a string, got {_describe(role)}")
-    role = _ROLES.get(role, role)
+    # Gemini allows the role to be left out for user turns
+    role = _role(where, content.get("role", "user"))
     parts = content.get("parts")
     if parts is None:
         parts = []
-    elif not _is_list(parts):
-        raise ConfigError(f"{where}: field 'parts' must be a list, got {_describe(parts)}")
+    elif not is_list(parts):
+        raise ConfigError(f"{where}: field 'parts' must be a list, got {shape(parts)}")
     texts: list[str] = []
     calls: list[str] = []
     tool_result = role in _TOOL_ROLES
     for number, raw in enumerate(parts):
-        part = _as_mapping(raw, f"{where}: part {number}")
+        part = as_mapping(raw, f"{where}: part {number}")
         call = part.get("functionCall", part.get("function_call"))
         if isinstance(part.get("text"), str) and not part.get("thought"):
             texts.append(part["text"])
         elif call is not None:
-            call = _as_mapping(call, f"{where}: part {number}: functionCall")
+            call = as_mapping(call, f"{where}: part {number}: functionCall")
             if isinstance(call.get("name"), str):
                 calls.append(call["name"])
         elif part.get("functionResponse", part.get("function_response")) is not None:
             tool_result = True
-    return _turn(role, texts, calls, tool_result)
-
-
-def _turn(role: str, texts: list[str], calls: list[str], tool_result: bool) -> Turn:
-    text = "" if tool_result else " ".join(t for t in texts if t.strip())
-    return Turn(role, text.strip(), tuple(calls), tool_result)
-
-
-def _as_mapping(value: object, where: str) -> Mapping[str, Any]:
-    """A dict as is; an SDK object (pydantic) as its ``model_dump()``."""
-    if isinstance(value, Mapping):
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump) and not isinstance(value, type):
-        try:
-            dumped = dump(exclude_none=True)
-        except Exception as exc:  # a caller's object that cannot describe itself
-            raise ConfigError(f"{where}: cannot read {type(value).__name__}: {exc}") from exc
-        if isinstance(dumped, Mapping):
-            return dumped
-    raise ConfigError(f"{where}: expected an object, got {_describe(value)}")
-
-
-def _is_list(value: object) -> TypeGuard[Sequence[Any]]:
-    return isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray)
-
-
-def _describe(value: object) -> str:
-    return f"{type(value).__name__} {_clip(value)}"
-
-
-def _clip(value: object) -> str:
-    text = reprlib.repr(value)  # bounded depth and length, whatever the caller passed
-    return text if len(text) <= 80 else text[:77] + "..."
+    return make_turn(role, texts, calls, tool_result)
 
 
 def conversation_query(turns: Sequence[Turn]) -> str:

@@ -9,6 +9,7 @@ import attrs
 
 from ..catalog.catalog import id_tuple
 from ..errors import ConfigError
+from ..validators import is_number, rule
 from .access import OPEN, ToolAccess
 from .explain import Cuts, ExplainRequest, Explanation, explanations, hidden_before_ranking
 from .selection import Ranking, Selection, anchor_scores, threshold_applies
@@ -18,6 +19,15 @@ from .toolsets import ToolSet, activated_sets, expand_additive
 GAP_RATIO = 0.4
 #: The elbow never cuts below this many results (unless ``max_tools`` is smaller).
 MIN_ADAPTIVE = 2
+
+# The command line refuses the same values; a float count or a NaN threshold would otherwise
+# fail deep inside numpy, or silently select nothing.
+_count = rule(
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "an integer of at least 0",
+)
+_threshold = rule(lambda v: v is None or is_number(v), "a finite number or None")
+_flag = rule(lambda v: isinstance(v, bool), "True or False")
 
 
 def _related_map(value: Mapping[str, Sequence[str]] | None) -> Mapping[str, tuple[str, ...]]:
@@ -68,14 +78,14 @@ class Policy:
         forced_sets: names of sets active regardless of scores (sticky per session).
     """
 
-    max_tools: int = attrs.field(default=5, validator=attrs.validators.ge(0))
-    threshold: float | None = None
-    adaptive: bool = True
+    max_tools: int = attrs.field(default=5, validator=_count)
+    threshold: float | None = attrs.field(default=None, validator=_threshold)
+    adaptive: bool = attrs.field(default=True, validator=_flag)
     always_active: tuple[str, ...] = attrs.field(default=(), converter=_id_tuple)
     related: Mapping[str, tuple[str, ...]] = attrs.field(
         factory=dict, converter=_related_map, hash=False
     )
-    max_related: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    max_related: int = attrs.field(default=5, validator=_count)
     tool_sets: tuple[ToolSet, ...] = attrs.field(default=(), converter=_set_tuple)
     forced_sets: tuple[str, ...] = attrs.field(default=(), converter=_set_names)
 

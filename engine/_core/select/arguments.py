@@ -1,0 +1,69 @@
+"""Checks of the arguments a caller passes to a selection call, each naming the argument,
+what was expected and what came (the command line refuses the same values)."""
+
+from __future__ import annotations
+
+from ..catalog.catalog import Catalog
+from ..errors import ConfigError
+from .message_view import shape
+
+#: The readers a catalogue is built with, for the message that refuses anything else.
+_READERS = (
+    "Catalog.from_tools(...) (Tool objects, framework tools, Python functions), "
+    "Catalog.from_openai/from_anthropic/from_gemini/from_mcp(...) or Catalog.from_file(path)"
+)
+
+
+def query_text(value: object, argument: str = "query") -> str:
+    """``value`` when it is a string.
+
+    Raises:
+        ConfigError: it is not; the message names ``argument`` and what came.
+    """
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{argument} must be a string (the request to select tools for), got {shape(value)}"
+            + ("; for a conversation use prepare_step" if isinstance(value, list) else "")
+        )
+    return value
+
+
+def count(value: object, argument: str, minimum: int) -> int:
+    """``value`` when it is an integer (not a bool) of at least ``minimum``.
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{argument} must be an integer of at least {minimum}, got {value!r}")
+    return value
+
+
+def session_id(value: object) -> str | None:
+    """A session id: a string, or ``None`` for none.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"session must be a string or None, got {shape(value)}")
+    return value
+
+
+def served_catalog(value: object) -> Catalog:
+    """The catalogue an index or engine is built over: a ``Catalog`` with at least one tool.
+
+    Raises:
+        ConfigError: another type (naming the readers that build one), or no tools.
+    """
+    if not isinstance(value, Catalog):
+        raise ConfigError(
+            f"catalog must be a Catalog; build one with {_READERS}; got {shape(value)}"
+        )
+    if not value.tools:
+        raise ConfigError(
+            "catalog holds no tools: nothing could ever be selected; pass at least one tool "
+            "(an engine whose tools arrive later starts with the first ones and adds the rest "
+            "with engine.update)"
+        )
+    return value

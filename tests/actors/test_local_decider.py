@@ -1,0 +1,258 @@
+"""LocalDecider: offline answers, its errors and deadline, and how the engine's entry points
+find it (only when asked for)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolroute import (
+    Catalog,
+    ConfigError,
+    DecisionError,
+    RoutingConfig,
+    Server,
+    route_servers,
+    try_decide,
+)
+from toolroute._core.config import EngineConfig
+from toolroute._routing.questions import Candidate, routing_request
+from toolroute._runtime.engine import open_engine
+from toolroute.decisions import (
+    BooleanAnswer,
+    BooleanQuestion,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    DecisionRequest,
+    ScoreQuestion,
+)
+from toolroute.providers import Calibration, HashingEmbedder, LocalDecider, default_decider
+from toolroute.providers._deciders.local import CalibrationModel
+from toolroute.providers._deciders.local_features import FEATURES
+
+#: Probability rises with the cosine only: easy to reason about in a test.
+COSINE_ONLY = Calibration(
+    embedder="hashing",
+    one=CalibrationModel(features=FEATURES["one"], weights=[8.0, 0.0, 0.0], bias=-2.0),
+    any=CalibrationModel(features=FEATURES["any"], weights=[8.0, 0.0, 0.0, 0.0], bias=-2.0),
+)
+
+
+async def inline(fn: Any, *args: Any) -> Any:
+    return fn(*args)
+
+
+def local(**kwargs: Any) -> LocalDecider:
+    return LocalDecider(
+        embedder=HashingEmbedder(dim=512), calibration=COSINE_ONLY, run_cpu=inline, **kwargs
+    )
+
+
+STATE = {
+    "request": "send an email message to bob",
+    "available_servers": [
+        {"name": "mail", "does": "send an email message"},
+        {"name": "weather", "does": "forecast of rain and sunshine"},
+    ],
+}
+
+
+async def test_the_closer_subject_gets_the_higher_probability() -> None:
+    request = DecisionRequest(
+        state=STATE,
+        questions={
+            f"server__{i}": BooleanQuestion(f"Needed? Read available_servers[{i}].does.")
+            for i in (0, 1)
+        },
+    )
+    result = await local().decide(request)
+    mail, weather = (result.answers[f"server__{i}"] for i in (0, 1))
+    assert isinstance(mail, BooleanAnswer)
+    assert isinstance(weather, BooleanAnswer)
+    assert mail.probability > weather.probability
+    assert result.provider == "local"
+    assert result.model == "local:hashing"
+
+
+async def test_a_choice_is_a_distribution_over_its_options() -> None:
+    question = ChoiceQuestion(
+        "Which tool?", options={"send_email": "send an email message", "get_rain": "rain"}
+    )
+    result = await local().decide(
+        DecisionRequest(state="send an email message to bob", questions={"q": question})
+    )
+    answer = result.answers["q"]
+    assert isinstance(answer, ChoiceAnswer)
+    assert answer.choice == "send_email"
+    assert math.isclose(sum(answer.probabilities.values()), 1.0)
+    assert answer.confidence == max(answer.probabilities.values())
+
+
+async def test_a_score_question_is_refused_before_any_work() -> None:
+    request = DecisionRequest(state="x", questions={"s": ScoreQuestion("How much?", levels=[0, 1])})
+    with pytest.raises(DecisionError, match="ScoreQuestion") as caught:
+        await local().decide(request)
+    assert caught.value.kind == "invalid_request"
+
+
+class Broken:
+    identity = "broken"
+    dim = 4
+    max_batch = 8
+
+    def __init__(self, vectors: Any = None) -> None:
+        self.vectors = vectors
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if self.vectors is None:
+            raise RuntimeError("model file vanished")
+        return self.vectors
+
+
+@pytest.mark.parametrize(
+    ("embedder", "message"),
+    [
+        (Broken(), "embedding failed: RuntimeError: model file vanished"),
+        (Broken(np.full((2, 4), np.nan)), "finite vectors"),
+        (Broken(np.ones((1, 4))), "expected 2 finite vectors"),
+    ],
+)
+async def test_a_failing_embedder_is_a_server_error(embedder: Broken, message: str) -> None:
+    decider = LocalDecider(embedder=embedder, calibration=COSINE_ONLY, run_cpu=inline)
+    request = DecisionRequest(state="hello", questions={"b": BooleanQuestion("Greets?")})
+    with pytest.raises(DecisionError, match=message) as caught:
+        await decider.decide(request)
+    assert caught.value.kind == "server"
+
+
+async def test_past_the_requests_deadline_it_is_a_timeout(autojump_clock: trio.MockClock) -> None:
+    async def never(fn: Any, *args: Any) -> Any:
+        await trio.sleep_forever()
+
+    decider = LocalDecider(embedder=HashingEmbedder(), calibration=COSINE_ONLY, run_cpu=never)
+    request = DecisionRequest(state="x", questions={"b": BooleanQuestion("Y?")}, timeout_s=2.5)
+    with pytest.raises(DecisionError, match=r"within 2\.5 s") as caught:
+        await decider.decide(request)
+    assert caught.value.kind == "timeout"
+    assert trio.current_time() == pytest.approx(2.5)
+
+
+def test_another_embedder_needs_its_own_calibration() -> None:
+    with pytest.raises(ConfigError, match="needs calibration"):
+        LocalDecider(embedder=HashingEmbedder())
+
+
+@given(
+    request=st.text(max_size=200),
+    subjects=st.lists(st.text(min_size=1, max_size=120).filter(str.strip), min_size=1, max_size=5),
+)
+def test_every_answer_is_a_probability(request: str, subjects: list[str]) -> None:
+    state = {
+        "request": request,
+        "available_tools": [{"name": "t", "description": s} for s in subjects],
+    }
+    questions: dict[str, Any] = {
+        f"one__{i}": BooleanQuestion(f"Read available_tools[{i}].") for i in range(len(subjects))
+    }
+    questions["any"] = BooleanQuestion("Needs one of available_tools.")
+    questions["plain"] = BooleanQuestion(subjects[0])
+    result = trio.run(local().decide, DecisionRequest(state=state, questions=questions))
+    assert set(result.answers) == set(questions)
+    for answer in result.answers.values():
+        assert isinstance(answer, BooleanAnswer)
+        assert 0.0 <= answer.probability <= 1.0
+
+
+async def test_try_decide_without_a_provider_is_still_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.environ", {})
+    request = DecisionRequest(state="x", questions={"b": BooleanQuestion("Y?")})
+    assert await try_decide(request) is None
+
+
+def test_the_local_decider_is_chosen_only_by_name() -> None:
+    assert default_decider(env={}) is None
+    assert isinstance(default_decider("local", env={}), LocalDecider)
+    assert isinstance(default_decider(env={"TOOLROUTE_DECISION_PROVIDER": "local"}), LocalDecider)
+
+
+async def test_route_servers_keeps_what_the_local_decider_is_unsure_of() -> None:
+    servers = [
+        Server("mail", "send an email message"),
+        Server("weather", "forecast of rain and sunshine"),
+        Server("maps", "directions and places"),
+    ]
+    decider = local()
+    outcome = await route_servers("send an email message to bob", servers, decider=decider)
+    assert outcome.strategy == "decision"
+    assert outcome.answered == 3
+    assert "mail" in outcome.selected
+    # Nothing is dropped unless its probability was a confident false (p <= 0.2 here).
+    asked = routing_request(
+        "send an email message to bob", [Candidate(s, ()) for s in servers], RoutingConfig()
+    )
+    request_probs = await decider.decide(asked)
+    for i, server in enumerate(servers):
+        answer = request_probs.answers[f"server__{i}"]
+        assert isinstance(answer, BooleanAnswer)
+        assert (server.id in outcome.excluded) == (answer.probability <= 0.2)
+
+
+@given(
+    query=st.text(min_size=1, max_size=120).filter(str.strip),
+    descriptions=st.lists(st.text(max_size=80), min_size=2, max_size=6),
+    gate=st.sampled_from([0.0, 0.6, 0.9, 0.99]),
+)
+def test_routing_drops_exactly_the_confident_falses(
+    query: str, descriptions: list[str], gate: float
+) -> None:
+    servers = [Server(f"s{i}", d) for i, d in enumerate(descriptions)]
+    config = RoutingConfig(min_drop_confidence=gate, generative=False)
+
+    async def both() -> tuple[Any, Any]:
+        decider = local()
+        outcome = await route_servers(query, servers, decider=decider, config=config)
+        asked = routing_request(query, [Candidate(s, ()) for s in servers], config)
+        return outcome, await decider.decide(asked)
+
+    outcome, answers = trio.run(both)
+    assert outcome.answered == len(servers)
+    for i, server in enumerate(servers):
+        p = answers.answers[f"server__{i}"].probability  # type: ignore[union-attr]
+        confident_false = p < 0.5 and abs(2 * p - 1) >= gate
+        assert (server.id in outcome.excluded) == confident_false
+
+
+async def test_routing_fails_open_when_the_embedder_breaks() -> None:
+    servers = [Server("mail", "email"), Server("weather", "rain")]
+    decider = LocalDecider(embedder=Broken(), calibration=COSINE_ONLY, run_cpu=inline)
+    outcome = await route_servers("send an email", servers, decider=decider)
+    assert outcome.outcome == "failed_open"
+    assert outcome.excluded == ()
+    assert outcome.selected == ("mail", "weather")
+
+
+async def test_the_engine_takes_it_from_the_environment_and_routes_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    catalog = Catalog.from_mcp_servers(
+        {
+            "mail": {"tools": [{"name": "send_email", "description": "send an email message"}]},
+            "weather": {"tools": [{"name": "forecast", "description": "rain and sunshine"}]},
+        }
+    )
+    config = EngineConfig(cache=False, routing=RoutingConfig(generative=False))
+    monkeypatch.setenv("TOOLROUTE_DECISION_PROVIDER", "local")
+    async with open_engine(catalog, config=config, embedder=None) as engine:
+        assert isinstance(engine.decider, LocalDecider)
+    async with open_engine(catalog, config=config, embedder=None, decider=local()) as engine:
+        outcome = await engine.route_servers("send an email message to bob")
+        assert outcome.strategy == "decision"
+        assert outcome.answered == 2
+        assert "mail" in outcome.selected

@@ -1,0 +1,181 @@
+"""The local decider on the test splits: calibration, and offline routing on LiveMCPBench.
+
+    python tests/bench/bench_local_decider.py [--out tests/bench/results]
+
+1. **Calibration.** ``LocalDecider`` (the bundled model and calibration) answers every test
+   question of ``local_decider_data`` (MetaTool awareness, BFCL relevance, LiveMCPBench
+   servers); printed per dataset: ECE (15 equal-width bins), AUROC, Brier, the base rate,
+   and the raw cosine's AUROC for comparison; 95 % intervals from 400 bootstrap draws of the
+   test rows (LiveMCPBench rows are server pairs, so its interval is optimistic). Targets: ECE ≤ 0.05, AUROC ≥ 0.90.
+   ``--out`` also gets ``local_decider_reliability.png`` (reliability diagram).
+2. **Offline routing.** ``route_servers(task, 70 servers, decider=LocalDecider())`` for each
+   LiveMCPBench test task, at the default gate (``min_drop_confidence=0.6``, drop at
+   p ≤ 0.2) and stricter ones: the share of tasks whose needed servers are all kept
+   (target ≥ 98 %) and the mean share of servers dropped (target ≥ 40 %). Dev tasks are
+   printed too (where a gate would be chosen).
+
+Prints Markdown; ``--out DIR`` also writes it to ``DIR/local_decider.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from local_decider_data import (  # noqa: E402
+    Rows,
+    awareness_rows,
+    bfcl_rows,
+    livemcp_rows,
+    livemcp_servers,
+    livemcp_tasks,
+)
+
+from toolroute import RoutingConfig, route_servers  # noqa: E402
+from toolroute.evaluate import split_of  # noqa: E402
+from toolroute.providers import LocalDecider  # noqa: E402
+from toolroute.providers._deciders.local import _sigmoid  # noqa: E402
+
+GATES = (0.6, 0.8, 0.9, 0.95, 0.98, 0.99)
+
+
+def ece(p: np.ndarray, y: np.ndarray, bins: int = 15) -> float:
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    return float(
+        sum(
+            (which == b).mean() * abs(p[which == b].mean() - y[which == b].mean())
+            for b in range(bins)
+            if (which == b).any()
+        )
+    )
+
+
+def auroc(score: np.ndarray, y: np.ndarray) -> float:
+    order = np.argsort(score, kind="mergesort")
+    ranks = np.empty(len(score))
+    ranks[order] = np.arange(1, len(score) + 1)
+    # Ties share their mean rank.
+    for value in np.unique(score):
+        tied = score == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    pos = y.sum()
+    neg = len(y) - pos
+    return float((ranks[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def interval(metric: Any, p: np.ndarray, y: np.ndarray, draws: int = 400) -> str:
+    """The 95 % bootstrap interval of ``metric`` over requests drawn with replacement."""
+    rng = np.random.default_rng(0)
+    values = []
+    for _ in range(draws):
+        take = rng.integers(0, len(p), len(p))
+        if 0 < y[take].sum() < len(take):
+            values.append(metric(p[take], y[take]))
+    low, high = np.percentile(values, [2.5, 97.5])
+    return f"{low:.3f}–{high:.3f}"
+
+
+def probabilities(decider: LocalDecider, rows: Rows) -> np.ndarray:
+    model = decider.calibration.model(rows.kind)  # type: ignore[arg-type]
+    return np.array([_sigmoid(model.logit(row)) for row in rows.features])
+
+
+def reliability(curves: list[tuple[str, np.ndarray, np.ndarray]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect")
+    edges = np.linspace(0, 1, 16)
+    for name, p, y in curves:
+        which = np.minimum((p * 15).astype(int), 14)
+        xs, ys, ns = [], [], []
+        for b in range(15):
+            m = which == b
+            if m.any():
+                xs.append(p[m].mean())
+                ys.append(y[m].mean())
+                ns.append(m.sum())
+        ax.plot(xs, ys, marker="o", label=f"{name} (n={len(p)})")
+    ax.set_xticks(edges[::3])
+    ax.set_xlabel("predicted probability (15 bins)")
+    ax.set_ylabel("observed frequency")
+    ax.set_title("LocalDecider reliability, test splits")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+async def routing(split: str) -> list[str]:
+    servers, _owner = livemcp_servers()
+    decider = LocalDecider()
+    tasks = [(q, needed) for q, needed in livemcp_tasks() if split_of(q) == split]
+    lines = []
+    for gate in GATES:
+        config = RoutingConfig(min_drop_confidence=gate, generative=False)
+        kept_all, dropped = 0, []
+        for query, needed in tasks:
+            outcome = await route_servers(query, servers, decider=decider, config=config)
+            kept_all += needed <= set(outcome.selected)
+            dropped.append(len(outcome.excluded) / len(servers))
+        p = (1 - gate) / 2
+        lines.append(
+            f"| {split} | {gate:g} (drop at p ≤ {p:.3g}) | {len(tasks)} |"
+            f" {kept_all / len(tasks):.1%} | {np.mean(dropped):.1%} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    decider = LocalDecider()
+    out: list[str] = ["## Calibration (test splits)", ""]
+    out.append(
+        "| dataset | n | base rate | ECE (15 bins) | ECE 95 % | AUROC | AUROC 95 % | Brier"
+        " | raw cosine AUROC |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    curves = []
+    for read in (awareness_rows, bfcl_rows, livemcp_rows):
+        rows = read(decider)
+        test = rows.splits == "test"
+        p, y = probabilities(decider, rows)[test], rows.labels[test]
+        curves.append((rows.name, p, y))
+        out.append(
+            f"| {rows.name} | {test.sum()} | {y.mean():.3f} | {ece(p, y):.3f} |"
+            f" {interval(ece, p, y)} | {auroc(p, y):.3f} | {interval(auroc, p, y)} |"
+            f" {np.mean((p - y) ** 2):.3f} |"
+            f" {auroc(rows.features[test][:, 0], y):.3f} |"
+        )
+    out += ["", "## Offline routing, LiveMCPBench (70 servers)", ""]
+    out.append("| split | min_drop_confidence | tasks | all needed kept | servers dropped |")
+    out.append("|---|---|---|---|---|")
+    for split in ("dev", "test"):
+        out += trio.run(routing, split)
+    text = "\n".join(out)
+    print(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "local_decider.md").write_text(text + "\n", "utf-8")
+        reliability(curves, args.out / "local_decider_reliability.png")
+        print(
+            f"\nwrote {args.out / 'local_decider.md'} and the reliability diagram", file=sys.stderr
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -49,7 +49,7 @@ def private_names() -> set[str]:
 
 def private_mentions(text: str, names: set[str]) -> list[str]:
     words = "|".join(sorted(map(re.escape, names)))
-    pattern = re.compile(rf"(?<!\w)(?:{words})(?!\w)|toolroute\._\w+")
+    pattern = re.compile(rf"(?<!\w)(?:{words})(?!\w)|toolroute\._(?!_)\w+")
     return sorted(set(pattern.findall(text)))
 
 
@@ -66,6 +66,7 @@ def test_the_mention_check_finds_private_modules_and_only_them() -> None:
         "toolroute._runtime",
     ]
     assert private_mentions("`_http.py`; but `all_tools_ceiling` and __init__", names) == ["_http"]
+    assert private_mentions("toolroute.__version__ is public", names) == []
 
 
 @pytest.mark.parametrize("page", user_pages(), ids=lambda p: str(p.relative_to(ROOT)))

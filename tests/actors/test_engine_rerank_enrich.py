@@ -37,15 +37,18 @@ class ScriptedGenerator:
         *,
         hang: bool = False,
         fail: bool = False,
+        delay: float = 0.0,
     ) -> None:
         self.picks = picks or []
         self.phrases = dict(phrases or {})
         self.hang = hang
         self.fail = fail
+        self.delay = delay
         self.prompts: list[str] = []
 
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         self.prompts.append(prompt)
+        await trio.sleep(self.delay)
         if self.hang:
             await trio.sleep_forever()
         if self.fail:
@@ -133,13 +136,16 @@ async def test_enrichment_feeds_recall_only_and_is_cached(
 async def test_enrichment_failure_keeps_the_original_text(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    generator = ScriptedGenerator(fail=True)
+    # The failure comes a little later in trio time, so the subscription below is in place
+    # whatever order the engine's services start in.
+    generator = ScriptedGenerator(fail=True, delay=0.01)
     async with (
         open_engine(TOOLS, config=enrichment()(), embedder=None, generator=generator) as engine,
         engine.subscribe() as events,
     ):
         await engine.ready()
-        failure = (await events.__anext__()).event
+        with trio.fail_after(60):  # trio time: a lost event fails the test instead of hanging
+            failure = (await events.__anext__()).event
         assert isinstance(failure, FailOpen)
         assert failure.what_failed == "enrichment"
         assert engine.index.extra_text == {}

@@ -10,19 +10,21 @@ nursery; the actor's own loop never awaits anything but its inbox.
 
 A caller that gives up (its cancel scope, a deadline) cancels its request's scope: a queued
 request is skipped, a running one is cancelled where it stands, and nothing of it lands later.
+Replies travel in a ``OneShot``: a result slot and the parked caller, woken once (a memory
+channel per step cost more than the rest of the round trip).
 Each step asks the server router and recall, the planner decides, and the step applies what
 the planner decided to the session's state.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import attrs
+import outcome
 import trio
 
 from .._core.catalog.catalog import Catalog, Server, id_tuple
@@ -96,6 +98,45 @@ class StepSelection:
         return next((e for e in self.explanations if e.tool_id == tool_id), None)
 
 
+class OneShot(Generic[T]):
+    """One reply, from the actor to one parked caller: a result slot and the caller's task.
+
+    ``deliver`` settles it once (later calls are no-ops) and wakes the caller; ``None`` says
+    nobody served the request (a crash, shutdown), so the caller fails open. ``abandoned``
+    is set once the caller stopped waiting: the actor then skips the request.
+    """
+
+    __slots__ = ("_settled", "_value", "_waiter", "abandoned")
+
+    def __init__(self) -> None:
+        self._settled = False
+        self._value: T | None = None
+        self._waiter: trio.lowlevel.Task | None = None
+        self.abandoned = False
+
+    def deliver(self, value: T | None) -> None:
+        if self._settled:
+            return
+        self._settled, self._value = True, value
+        if self._waiter is not None:
+            waiter, self._waiter = self._waiter, None
+            trio.lowlevel.reschedule(waiter, outcome.Value(value))
+
+    async def wait(self) -> T | None:
+        """The delivered value; a cancellation point like any trio wait."""
+        if self._settled:  # served while the caller was still handing the request over
+            await trio.lowlevel.checkpoint()
+            return self._value
+        self._waiter = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._waiter = None
+            self.abandoned = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+
+
 @attrs.frozen(eq=False)
 class PrepareStep:
     """Prepare one step of ``session`` (``None``: a step outside any session); the reply is
@@ -111,7 +152,7 @@ class PrepareStep:
     ask: tuple[str, ...] | None  # hidden tools to explain too (``None``: no explanations)
     access: ToolAccess
     scope: trio.CancelScope
-    reply: trio.MemorySendChannel[StepSelection | Exception]
+    reply: OneShot[StepSelection | Exception]
 
 
 @attrs.frozen(eq=False)
@@ -123,7 +164,7 @@ class RouteSession:
     servers: Sequence[Server] | Catalog
     session: str
     scope: trio.CancelScope
-    reply: trio.MemorySendChannel[RoutingOutcome | Exception]
+    reply: OneShot[RoutingOutcome | Exception]
 
 
 StepRequest = PrepareStep | RouteSession
@@ -177,7 +218,8 @@ class Steps:
                         try:
                             self._dispatch(request, queues, nursery)
                         except BaseException:
-                            request.reply.close()  # taken, never queued: its caller must not hang
+                            # Taken, never queued: its caller must not hang.
+                            request.reply.deliver(None)
                             raise
                         # Everything already waiting, without a checkpoint per request: under
                         # load the whole backlog is queued in one pass of the scheduler.
@@ -228,42 +270,43 @@ class Steps:
             if queues.get(session) is queue:
                 del queues[session]
             for request in queue:  # cancelled (shutdown, a crash): nobody will serve these
-                request.reply.close()
+                request.reply.deliver(None)
 
     async def _serve(self, request: StepRequest, state: SessionState | None) -> None:
-        with request.reply:
-            if request.reply.statistics().open_receive_channels == 0:
-                return  # the caller gave up while it was queued: it costs nothing
+        reply = request.reply
+        if reply.abandoned:
+            return  # the caller gave up while it was queued: it costs nothing
+        try:
             with request.scope:
                 match request:
                     case PrepareStep():
-                        _reply(request.reply, await _attempt(self._prepare(request, state)))
+                        request.reply.deliver(await _attempt(self._prepare(request, state)))
                     case RouteSession():
                         routed = self._router.route(
                             request.query, request.servers, session=request.session, state=state
                         )
-                        _reply(request.reply, await _attempt(routed))
+                        request.reply.deliver(await _attempt(routed))
+        finally:
+            reply.deliver(None)  # stopped before it answered (a no-op once answered)
 
     async def _ask(
-        self,
-        request: StepRequest,
-        answer: trio.MemoryReceiveChannel[T | Exception],
+        self, request: StepRequest, reply: OneShot[T | Exception]
     ) -> T | Exception | None:
         """Send ``request`` and wait for its reply; ``None`` when the actor is not running."""
-        with answer:
-            try:
-                if self._inbox is None:
-                    return None
-                try:  # the actor is waiting, as it mostly is: hand over without a checkpoint
-                    self._inbox.send_nowait(request)
-                except trio.WouldBlock:
-                    await self._inbox.send(request)
-                return await answer.receive()
-            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
+        try:
+            if self._inbox is None:
                 return None
-            finally:
-                # Gave up (or done: then the request has left its scope and this is a no-op).
-                request.scope.cancel("the caller gave up")
+            try:  # the actor is waiting, as it mostly is: hand over without a checkpoint
+                self._inbox.send_nowait(request)
+            except trio.WouldBlock:
+                await self._inbox.send(request)
+            return await reply.wait()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return None
+        finally:
+            # Gave up (or done: then the request has left its scope and this is a no-op).
+            reply.abandoned = True
+            request.scope.cancel("the caller gave up")
 
     def set_names(self, names: Iterable[str], field: str) -> tuple[str, ...]:
         """``names`` checked against the engine's tool sets.
@@ -304,11 +347,11 @@ class Steps:
         ask = explain_ask(explain)
         if ask is not None:
             check_known(ask, self._keeper.snapshot.source, "explain")
-        reply, answer = trio.open_memory_channel[StepSelection | Exception](1)
+        reply = OneShot[StepSelection | Exception]()
         request = PrepareStep(
             messages, session, force, release, ask, access, trio.CancelScope(), reply
         )
-        result = await self._ask(request, answer)
+        result = await self._ask(request, reply)
         if isinstance(result, Exception):
             raise result
         if result is None:
@@ -326,9 +369,9 @@ class Steps:
         **Fail-open:** when the actor is not running, the request is routed without the
         session's memory (no cache, no sticky servers), in the caller's task.
         """
-        reply, answer = trio.open_memory_channel[RoutingOutcome | Exception](1)
+        reply = OneShot[RoutingOutcome | Exception]()
         request = RouteSession(query, servers, session, trio.CancelScope(), reply)
-        result = await self._ask(request, answer)
+        result = await self._ask(request, reply)
         if isinstance(result, Exception):
             raise result
         if result is None:
@@ -485,11 +528,6 @@ async def _attempt(work: Awaitable[T]) -> T | Exception:
         return await work
     except Exception as exc:
         return exc
-
-
-def _reply(channel: trio.MemorySendChannel[T], value: T) -> None:
-    with contextlib.suppress(trio.BrokenResourceError):  # the caller gave up meanwhile
-        channel.send_nowait(value)
 
 
 def _activate(state: SessionState, found: tuple[str, ...]) -> None:

@@ -263,6 +263,8 @@ class Steps:
                     while queue:
                         await self._serve(queue[0], state)
                         queue.popleft()
+                        if queue:  # a step may finish without yielding: let others run
+                            await trio.lowlevel.checkpoint()
                 # Requests that came while the store released the session: hold it again.
         finally:
             # No checkpoint between the last look at the queue and this: a request arriving
@@ -458,8 +460,15 @@ class Steps:
                 all_tools_ceiling=defaults.all_tools_ceiling,
                 catalog_size=len(index.catalog),
             )
+            # No checkpoint of its own: the caller is parked, and the drain yields between
+            # a session's steps (``_drain``), so others run and a queued step can be skipped.
             ranking = await self._recall.rank(
-                index, query, window.wanted, None, warming=not self._keeper.is_ready
+                index,
+                query,
+                window.wanted,
+                None,
+                warming=not self._keeper.is_ready,
+                checkpoint=False,
             )
             pick, activated = ranked_step(step, window, ranking, started)
             if state is not None:

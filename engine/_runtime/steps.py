@@ -33,7 +33,12 @@ from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, StepFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.select.access import OPEN, ToolAccess, recall_depth
-from .._core.select.conversation import extract_query, idle_steps
+from .._core.select.conversation import (
+    extract_query,
+    idle_steps_of_turns,
+    query_of_turns,
+    read_turns,
+)
 from .._core.select.explain import (
     ExplainRequest,
     Explanation,
@@ -113,6 +118,11 @@ class OneShot(Generic[T]):
         self._value: T | None = None
         self._waiter: trio.lowlevel.Task | None = None
         self.abandoned = False
+
+    @property
+    def settled(self) -> bool:
+        """Whether ``deliver`` was called (answered, or given up on by the actor)."""
+        return self._settled
 
     def deliver(self, value: T | None) -> None:
         if self._settled:
@@ -306,9 +316,9 @@ class Steps:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return None
         finally:
-            # Gave up (or done: then the request has left its scope and this is a no-op).
             reply.abandoned = True
-            request.scope.cancel("the caller gave up")
+            if not reply.settled:  # gave up: stop the step where it stands
+                request.scope.cancel("the caller gave up")
 
     def set_names(self, names: Iterable[str], field: str) -> tuple[str, ...]:
         """``names`` checked against the engine's tool sets.
@@ -410,8 +420,9 @@ class Steps:
     ) -> StepSelection:
         started = time.perf_counter()
         defaults = self._config.selection
-        query = extract_query(messages)
-        page = min(idle_steps(messages), 2)
+        turns = read_turns(messages)  # once: reading the conversation is a tenth of a step
+        query = query_of_turns(turns)
+        page = min(idle_steps_of_turns(turns), 2)
         found: tuple[str, ...] = ()  # tools the agent found with search_tools, shown once
         if state is not None:
             state.idle_steps = page

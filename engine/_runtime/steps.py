@@ -18,6 +18,7 @@ the planner decided to the session's state.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -211,15 +212,17 @@ class Steps:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The actor: read requests in arrival order, queue each behind its session's.
 
-        Each (re)start opens a fresh inbox (buffer 0: a request is queued once the actor
-        took it, never in a channel buffer). On a crash or shutdown every queued and running
-        request's reply is closed, so no caller hangs (it fails open, see ``prepare_step``).
+        Each (re)start opens a fresh inbox. It is unbounded so that a caller hands its
+        request over without parking twice (once to send, once for the reply): each caller
+        has one request in flight, so the backlog is bounded by the callers. On a crash or
+        shutdown every request sent, queued or running gets ``None`` as its reply, so no
+        caller hangs (it fails open, see ``prepare_step``).
         """
-        send, receive = trio.open_memory_channel[StepRequest](0)
+        send, receive = trio.open_memory_channel[StepRequest](math.inf)
         queues: dict[str, deque[StepRequest]] = {}
         self._queues = queues
         try:
-            async with trio.open_nursery() as nursery, receive:
+            async with trio.open_nursery() as nursery:
                 self._inbox = send
                 task_status.started()
                 async for first in receive:
@@ -239,6 +242,13 @@ class Steps:
                             request = None
         finally:
             send.close()  # callers arriving from now on fail open at once
+            # Sent but never taken (no checkpoint since the close: nothing more arrives).
+            with receive:
+                while True:
+                    try:
+                        receive.receive_nowait().reply.deliver(None)
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
 
     def statistics(self) -> SessionStatistics:
         """Sessions the store keeps, and the steps queued or running per session now."""
@@ -308,10 +318,7 @@ class Steps:
         try:
             if self._inbox is None:
                 return None
-            try:  # the actor is waiting, as it mostly is: hand over without a checkpoint
-                self._inbox.send_nowait(request)
-            except trio.WouldBlock:
-                await self._inbox.send(request)
+            self._inbox.send_nowait(request)  # never blocks: the inbox is unbounded
             return await reply.wait()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return None

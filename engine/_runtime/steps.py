@@ -10,8 +10,8 @@ nursery; the actor's own loop never awaits anything but its inbox.
 
 A caller that gives up (its cancel scope, a deadline) cancels its request's scope: a queued
 request is skipped, a running one is cancelled where it stands, and nothing of it lands later.
-Replies travel in a ``OneShot``: a result slot and the parked caller, woken once (a memory
-channel per step cost more than the rest of the round trip).
+Replies travel in a ``OneShot``: a result slot and the parked caller, woken once (cheaper
+per step than a memory channel, and the caller parks only there).
 Each step asks the server router and recall, the planner decides, and the step applies what
 the planner decided to the session's state.
 """
@@ -22,10 +22,9 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import attrs
-import outcome
 import trio
 
 from .._core.catalog.catalog import Catalog, Server, id_tuple
@@ -59,6 +58,7 @@ from .._core.select.toolsets import ToolSet, system_prompts
 from .._core.stores import SessionState, SessionStore
 from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
+from .one_shot import OneShot
 from .recall import Recall
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
@@ -102,50 +102,6 @@ class StepSelection:
     def explanation(self, tool_id: str) -> Explanation | None:
         """The explanation of ``tool_id``, ``None`` when it was not explained."""
         return next((e for e in self.explanations if e.tool_id == tool_id), None)
-
-
-class OneShot(Generic[T]):
-    """One reply, from the actor to one parked caller: a result slot and the caller's task.
-
-    ``deliver`` settles it once (later calls are no-ops) and wakes the caller; ``None`` says
-    nobody served the request (a crash, shutdown), so the caller fails open. ``abandoned``
-    is set once the caller stopped waiting: the actor then skips the request.
-    """
-
-    __slots__ = ("_settled", "_value", "_waiter", "abandoned")
-
-    def __init__(self) -> None:
-        self._settled = False
-        self._value: T | None = None
-        self._waiter: trio.lowlevel.Task | None = None
-        self.abandoned = False
-
-    @property
-    def settled(self) -> bool:
-        """Whether ``deliver`` was called (answered, or given up on by the actor)."""
-        return self._settled
-
-    def deliver(self, value: T | None) -> None:
-        if self._settled:
-            return
-        self._settled, self._value = True, value
-        if self._waiter is not None:
-            waiter, self._waiter = self._waiter, None
-            trio.lowlevel.reschedule(waiter, outcome.Value(value))
-
-    async def wait(self) -> T | None:
-        """The delivered value; a cancellation point like any trio wait."""
-        if self._settled:  # served while the caller was still handing the request over
-            await trio.lowlevel.checkpoint()
-            return self._value
-        self._waiter = trio.lowlevel.current_task()
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._waiter = None
-            self.abandoned = True
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
 
 
 @attrs.frozen(eq=False)

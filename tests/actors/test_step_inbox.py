@@ -13,7 +13,8 @@ import trio.testing
 from toolroute import Catalog, Outcome
 from toolroute._core.config import EngineConfig
 from toolroute._runtime.engine import open_engine
-from toolroute._runtime.steps import OneShot, Steps
+from toolroute._runtime.one_shot import OneShot
+from toolroute._runtime.steps import Steps
 
 TOOLS = Catalog.from_plain(
     [

@@ -190,17 +190,21 @@ class Recall:
         strategy: Strategy | str | None,
         *,
         warming: bool,
+        checkpoint: bool = True,
     ) -> Ranking:
         """The ``k`` best tools of ``index`` for ``query``; keyword-only (``degraded``, with
         the reason) while ``warming``, when the index has no vectors, or when the request's
-        embedding fails or misses its deadline.
+        embedding fails or misses its deadline. ``checkpoint=False``: the caller has yielded
+        already (the step actor, whose caller is parked), so a keyword-only rank may finish
+        without another pass of the scheduler.
 
         Raises:
             ConfigError: an unknown strategy (before any model call).
         """
         # A checkpoint even when nothing below awaits (keyword-only on a small catalogue):
         # the caller's cancel scope can end the call, and a loop of selects lets others run.
-        await trio.lowlevel.checkpoint()
+        if checkpoint:
+            await trio.lowlevel.checkpoint()
         chosen = chosen_strategy(strategy, has_embedder=self._embedder is not None, strict=False)
         vector: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")

@@ -10,13 +10,15 @@ nursery; the actor's own loop never awaits anything but its inbox.
 
 A caller that gives up (its cancel scope, a deadline) cancels its request's scope: a queued
 request is skipped, a running one is cancelled where it stands, and nothing of it lands later.
+Replies travel in a ``OneShot``: a result slot and the parked caller, woken once (cheaper
+per step than a memory channel, and the caller parks only there).
 Each step asks the server router and recall, the planner decides, and the step applies what
 the planner decided to the session's state.
 """
 
 from __future__ import annotations
 
-import contextlib
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -31,7 +33,12 @@ from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, StepFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.select.access import OPEN, ToolAccess, recall_depth
-from .._core.select.conversation import extract_query, idle_steps
+from .._core.select.conversation import (
+    extract_query,
+    idle_steps_of_turns,
+    query_of_turns,
+    read_turns,
+)
 from .._core.select.explain import (
     ExplainRequest,
     Explanation,
@@ -51,6 +58,7 @@ from .._core.select.toolsets import ToolSet, system_prompts
 from .._core.stores import SessionState, SessionStore
 from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
+from .one_shot import OneShot
 from .recall import Recall
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
@@ -111,7 +119,7 @@ class PrepareStep:
     ask: tuple[str, ...] | None  # hidden tools to explain too (``None``: no explanations)
     access: ToolAccess
     scope: trio.CancelScope
-    reply: trio.MemorySendChannel[StepSelection | Exception]
+    reply: OneShot[StepSelection | Exception]
 
 
 @attrs.frozen(eq=False)
@@ -123,7 +131,7 @@ class RouteSession:
     servers: Sequence[Server] | Catalog
     session: str
     scope: trio.CancelScope
-    reply: trio.MemorySendChannel[RoutingOutcome | Exception]
+    reply: OneShot[RoutingOutcome | Exception]
 
 
 StepRequest = PrepareStep | RouteSession
@@ -160,15 +168,17 @@ class Steps:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The actor: read requests in arrival order, queue each behind its session's.
 
-        Each (re)start opens a fresh inbox (buffer 0: a request is queued once the actor
-        took it, never in a channel buffer). On a crash or shutdown every queued and running
-        request's reply is closed, so no caller hangs (it fails open, see ``prepare_step``).
+        Each (re)start opens a fresh inbox. It is unbounded so that a caller hands its
+        request over without parking twice (once to send, once for the reply): each caller
+        has one request in flight, so the backlog is bounded by the callers. On a crash or
+        shutdown every request sent, queued or running gets ``None`` as its reply, so no
+        caller hangs (it fails open, see ``prepare_step``).
         """
-        send, receive = trio.open_memory_channel[StepRequest](0)
+        send, receive = trio.open_memory_channel[StepRequest](math.inf)
         queues: dict[str, deque[StepRequest]] = {}
         self._queues = queues
         try:
-            async with trio.open_nursery() as nursery, receive:
+            async with trio.open_nursery() as nursery:
                 self._inbox = send
                 task_status.started()
                 async for first in receive:
@@ -177,7 +187,8 @@ class Steps:
                         try:
                             self._dispatch(request, queues, nursery)
                         except BaseException:
-                            request.reply.close()  # taken, never queued: its caller must not hang
+                            # Taken, never queued: its caller must not hang.
+                            request.reply.deliver(None)
                             raise
                         # Everything already waiting, without a checkpoint per request: under
                         # load the whole backlog is queued in one pass of the scheduler.
@@ -187,6 +198,13 @@ class Steps:
                             request = None
         finally:
             send.close()  # callers arriving from now on fail open at once
+            # Sent but never taken (no checkpoint since the close: nothing more arrives).
+            with receive:
+                while True:
+                    try:
+                        receive.receive_nowait().reply.deliver(None)
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
 
     def statistics(self) -> SessionStatistics:
         """Sessions the store keeps, and the steps queued or running per session now."""
@@ -221,6 +239,8 @@ class Steps:
                     while queue:
                         await self._serve(queue[0], state)
                         queue.popleft()
+                        if queue:  # a step may finish without yielding: let others run
+                            await trio.lowlevel.checkpoint()
                 # Requests that came while the store released the session: hold it again.
         finally:
             # No checkpoint between the last look at the queue and this: a request arriving
@@ -228,41 +248,39 @@ class Steps:
             if queues.get(session) is queue:
                 del queues[session]
             for request in queue:  # cancelled (shutdown, a crash): nobody will serve these
-                request.reply.close()
+                request.reply.deliver(None)
 
     async def _serve(self, request: StepRequest, state: SessionState | None) -> None:
-        with request.reply:
-            if request.reply.statistics().open_receive_channels == 0:
-                return  # the caller gave up while it was queued: it costs nothing
+        reply = request.reply
+        if reply.abandoned:
+            return  # the caller gave up while it was queued: it costs nothing
+        try:
             with request.scope:
                 match request:
                     case PrepareStep():
-                        _reply(request.reply, await _attempt(self._prepare(request, state)))
+                        request.reply.deliver(await _attempt(self._prepare(request, state)))
                     case RouteSession():
                         routed = self._router.route(
                             request.query, request.servers, session=request.session, state=state
                         )
-                        _reply(request.reply, await _attempt(routed))
+                        request.reply.deliver(await _attempt(routed))
+        finally:
+            reply.deliver(None)  # stopped before it answered (a no-op once answered)
 
     async def _ask(
-        self,
-        request: StepRequest,
-        answer: trio.MemoryReceiveChannel[T | Exception],
+        self, request: StepRequest, reply: OneShot[T | Exception]
     ) -> T | Exception | None:
         """Send ``request`` and wait for its reply; ``None`` when the actor is not running."""
-        with answer:
-            try:
-                if self._inbox is None:
-                    return None
-                try:  # the actor is waiting, as it mostly is: hand over without a checkpoint
-                    self._inbox.send_nowait(request)
-                except trio.WouldBlock:
-                    await self._inbox.send(request)
-                return await answer.receive()
-            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.EndOfChannel):
+        try:
+            if self._inbox is None:
                 return None
-            finally:
-                # Gave up (or done: then the request has left its scope and this is a no-op).
+            self._inbox.send_nowait(request)  # never blocks: the inbox is unbounded
+            return await reply.wait()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return None
+        finally:
+            reply.abandoned = True
+            if not reply.settled:  # gave up: stop the step where it stands
                 request.scope.cancel("the caller gave up")
 
     def set_names(self, names: Iterable[str], field: str) -> tuple[str, ...]:
@@ -304,11 +322,11 @@ class Steps:
         ask = explain_ask(explain)
         if ask is not None:
             check_known(ask, self._keeper.snapshot.source, "explain")
-        reply, answer = trio.open_memory_channel[StepSelection | Exception](1)
+        reply = OneShot[StepSelection | Exception]()
         request = PrepareStep(
             messages, session, force, release, ask, access, trio.CancelScope(), reply
         )
-        result = await self._ask(request, answer)
+        result = await self._ask(request, reply)
         if isinstance(result, Exception):
             raise result
         if result is None:
@@ -326,9 +344,9 @@ class Steps:
         **Fail-open:** when the actor is not running, the request is routed without the
         session's memory (no cache, no sticky servers), in the caller's task.
         """
-        reply, answer = trio.open_memory_channel[RoutingOutcome | Exception](1)
+        reply = OneShot[RoutingOutcome | Exception]()
         request = RouteSession(query, servers, session, trio.CancelScope(), reply)
-        result = await self._ask(request, answer)
+        result = await self._ask(request, reply)
         if isinstance(result, Exception):
             raise result
         if result is None:
@@ -365,8 +383,9 @@ class Steps:
     ) -> StepSelection:
         started = time.perf_counter()
         defaults = self._config.selection
-        query = extract_query(messages)
-        page = min(idle_steps(messages), 2)
+        turns = read_turns(messages)  # once: reading the conversation is a tenth of a step
+        query = query_of_turns(turns)
+        page = min(idle_steps_of_turns(turns), 2)
         found: tuple[str, ...] = ()  # tools the agent found with search_tools, shown once
         if state is not None:
             state.idle_steps = page
@@ -415,8 +434,15 @@ class Steps:
                 all_tools_ceiling=defaults.all_tools_ceiling,
                 catalog_size=len(index.catalog),
             )
+            # No checkpoint of its own: the caller is parked, and the drain yields between
+            # a session's steps (``_drain``), so others run and a queued step can be skipped.
             ranking = await self._recall.rank(
-                index, query, window.wanted, None, warming=not self._keeper.is_ready
+                index,
+                query,
+                window.wanted,
+                None,
+                warming=not self._keeper.is_ready,
+                checkpoint=False,
             )
             pick, activated = ranked_step(step, window, ranking, started)
             if state is not None:
@@ -485,11 +511,6 @@ async def _attempt(work: Awaitable[T]) -> T | Exception:
         return await work
     except Exception as exc:
         return exc
-
-
-def _reply(channel: trio.MemorySendChannel[T], value: T) -> None:
-    with contextlib.suppress(trio.BrokenResourceError):  # the caller gave up meanwhile
-        channel.send_nowait(value)
 
 
 def _activate(state: SessionState, found: tuple[str, ...]) -> None:

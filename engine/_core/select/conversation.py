@@ -297,7 +297,11 @@ def extract_query(messages: Messages) -> str:
     Raises:
         ConfigError: as ``read_turns``.
     """
-    turns = read_turns(messages)
+    return query_of_turns(read_turns(messages))
+
+
+def query_of_turns(turns: Sequence[Turn]) -> str:
+    """``extract_query`` of a conversation already read (``read_turns``)."""
     steps = steps_since_request(turns)
     if steps:
         last = steps[-1]
@@ -316,8 +320,13 @@ def idle_steps(messages: Messages) -> int:
     Raises:
         ConfigError: as ``read_turns``.
     """
+    return idle_steps_of_turns(read_turns(messages))
+
+
+def idle_steps_of_turns(turns: Sequence[Turn]) -> int:
+    """``idle_steps`` of a conversation already read (``read_turns``)."""
     count = 0
-    for step in reversed(steps_since_request(read_turns(messages))):
+    for step in reversed(steps_since_request(turns)):
         if step.tool_calls:
             break
         count += 1

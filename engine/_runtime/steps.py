@@ -18,7 +18,6 @@ the planner decided to the session's state.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -66,6 +65,11 @@ from .statistics import SessionStatistics
 #: What a step reads: the conversation as the agent passes it around.
 Messages = Sequence[Mapping[str, Any]]
 T = TypeVar("T")
+
+
+#: Requests handed over without waiting (one per waiting caller): a burst of this many
+#: callers never parks twice; past it callers wait to hand over, so the inbox stays bounded.
+INBOX_BUFFER = 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -174,7 +178,7 @@ class Steps:
         shutdown every request sent, queued or running gets ``None`` as its reply, so no
         caller hangs (it fails open, see ``prepare_step``).
         """
-        send, receive = trio.open_memory_channel[StepRequest](math.inf)
+        send, receive = trio.open_memory_channel[StepRequest](INBOX_BUFFER)
         queues: dict[str, deque[StepRequest]] = {}
         self._queues = queues
         try:
@@ -274,7 +278,10 @@ class Steps:
         try:
             if self._inbox is None:
                 return None
-            self._inbox.send_nowait(request)  # never blocks: the inbox is unbounded
+            try:
+                self._inbox.send_nowait(request)  # the common case: no wait to hand over
+            except trio.WouldBlock:
+                await self._inbox.send(request)  # a burst past the buffer: back-pressure
             return await reply.wait()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return None

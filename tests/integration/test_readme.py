@@ -5,7 +5,7 @@ decision provider configured, so it needs nothing but what the README's set-up i
 snippet followed by an ``output`` block must print those lines, in that order (``…`` stands
 for any text), so the text beside the code cannot drift from what the code does.
 
-Colleagues' notes under ``docs/notes/`` are drafts, not pages, and are not run.
+Draft notes under ``docs/notes/`` are not pages and are not run.
 """
 
 from __future__ import annotations

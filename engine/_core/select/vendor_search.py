@@ -1,0 +1,254 @@
+"""The vendors' deferred-tool search, in their own shapes: the search call a host receives, the
+answer it sends back, and the tool list marked deferred.
+
+Two vendors publish a client-executed search (the host runs the search and answers):
+
+- **Anthropic** (Messages API): tools carry ``defer_loading: true``; the host adds its own
+  search tool (a plain client tool). The model calls it with a ``tool_use`` block; the host
+  answers with a ``tool_result`` whose content is ``tool_reference`` blocks
+  (``{"type": "tool_reference", "tool_name": ...}``), and the API expands each reference to
+  the deferred definition of that name.
+- **OpenAI** (Responses API): function tools carry ``defer_loading: true``; the host adds
+  ``{"type": "tool_search", "execution": "client", "description", "parameters"}``. The model
+  emits a ``tool_search_call`` item (``call_id``, ``arguments``); the host appends it and a
+  ``tool_search_output`` item (same ``call_id``, ``execution: "client"``, ``tools``: the
+  loaded definitions) to the next request's input, so the tools block (and its cache) stays
+  as it was.
+
+Everything here is pure: reading a call, writing an answer, marking a list deferred.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ..errors import ConfigError
+from .search_tool import DESCRIPTION, NAME, PARAMETERS
+
+VENDORS = ("anthropic", "openai")
+
+#: What the host's search tool returns when the model's arguments hold no query.
+NO_QUERY = "The search needs a 'query': a few words saying what you want to do."
+#: Anthropic's answer when nothing matched (a tool_result needs some content).
+NOTHING_FOUND = "No tools matched the search. Try other words."
+
+
+@attrs.frozen(kw_only=True)
+class SearchCall:
+    """A vendor's search call, read.
+
+    Attributes:
+        vendor: ``anthropic`` or ``openai``.
+        call_id: the id the answer must carry (``tool_use.id`` or ``call_id``).
+        query: what the model searched for; ``None`` when its arguments hold no query.
+        limit: how many tools the model asked for, if it said.
+    """
+
+    vendor: str
+    call_id: str
+    query: str | None
+    limit: int | None = None
+
+
+def check_vendor(vendor: object) -> str:
+    if vendor not in VENDORS:
+        raise ConfigError(f"unknown tool-search vendor {vendor!r}; expected anthropic or openai")
+    return str(vendor)
+
+
+def search_tool(vendor: str, *, name: str = NAME) -> dict[str, Any]:
+    """The host's search tool for ``vendor``; it is never deferred.
+
+    Raises:
+        ConfigError: an unknown vendor.
+    """
+    match check_vendor(vendor):
+        case "anthropic":
+            return {"name": name, "description": DESCRIPTION, "input_schema": PARAMETERS}
+        case _:
+            return {
+                "type": "tool_search",
+                "execution": "client",
+                "description": DESCRIPTION,
+                "parameters": PARAMETERS,
+            }
+
+
+def read_call(vendor: str, call: object) -> SearchCall:
+    """Read the model's search call: an Anthropic ``tool_use`` block or an OpenAI
+    ``tool_search_call`` item, as a dict or its JSON text.
+
+    A call whose *arguments* hold no query is read (``query=None``): they are the model's,
+    and the answer tells it what was expected.
+
+    Raises:
+        ConfigError: ``call`` is not that vendor's search call (the host passed something
+            else), or it has no id to answer.
+    """
+    vendor = check_vendor(vendor)
+    item = _object(call, "search call")
+    expected = "tool_use" if vendor == "anthropic" else "tool_search_call"
+    if item.get("type") != expected:
+        raise ConfigError(
+            f"expected a {vendor} {expected!r} item, got type {item.get('type')!r} "
+            f"(keys {sorted(item)[:8]})"
+        )
+    if vendor == "anthropic":
+        call_id, arguments = item.get("id"), item.get("input")
+    else:
+        call_id, arguments = item.get("call_id"), item.get("arguments")
+        if item.get("execution", "client") != "client":
+            raise ConfigError(
+                "expected a client-executed tool_search_call (execution 'client'), got "
+                f"execution {item.get('execution')!r}: the server ran that search itself"
+            )
+    if not isinstance(call_id, str) or not call_id:
+        key = "id" if vendor == "anthropic" else "call_id"
+        raise ConfigError(f"the {expected} item has no {key!r} to answer, got {call_id!r}")
+    query, limit = _arguments(arguments)
+    return SearchCall(vendor=vendor, call_id=call_id, query=query, limit=limit)
+
+
+def answer(call: SearchCall, names: Sequence[str], definitions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The answer to ``call`` naming the found tools (``names``, best first; for OpenAI their
+    ``definitions`` in the same order, as the host's tool list has them)."""
+    if call.vendor == "anthropic":
+        content: list[dict[str, Any]]
+        if call.query is None:
+            return {
+                "type": "tool_result",
+                "tool_use_id": call.call_id,
+                "content": [{"type": "text", "text": NO_QUERY}],
+                "is_error": True,
+            }
+        content = [{"type": "tool_reference", "tool_name": name} for name in names]
+        return {
+            "type": "tool_result",
+            "tool_use_id": call.call_id,
+            "content": content or [{"type": "text", "text": NOTHING_FOUND}],
+        }
+    return {
+        "type": "tool_search_output",
+        "call_id": call.call_id,
+        "execution": "client",
+        "status": "completed",
+        "tools": [_loaded(definition) for definition in definitions],
+    }
+
+
+def mark_deferred(
+    vendor: str, tools: Sequence[Mapping[str, Any]], *, keep: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """A copy of the host's tool list with every function tool deferred
+    (``defer_loading: true``), but the tools named in ``keep`` and any search tool.
+
+    OpenAI ``namespace`` tools have their member functions deferred. Tools of other types
+    (a vendor's built-in tools) are copied unchanged.
+
+    Raises:
+        ConfigError: an unknown vendor, or ``tools`` is not a list of tool objects.
+    """
+    vendor = check_vendor(vendor)
+    kept = set(keep)
+    marked: list[dict[str, Any]] = []
+    for index, tool in enumerate(_tool_list(tools)):
+        item = copy.deepcopy(dict(tool))
+        if vendor == "openai" and item.get("type") == "namespace":
+            item["tools"] = [
+                _deferred(member, kept) if member.get("type") == "function" else member
+                for member in item.get("tools", [])
+                if isinstance(member, dict)
+            ]
+        elif _is_function(vendor, item, index):
+            item = _deferred(item, kept)
+        marked.append(item)
+    return marked
+
+
+def definitions_by_name(vendor: str, tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The host's function tools by the name the model calls them (OpenAI namespace members
+    by their own name), search tools left out.
+
+    Raises:
+        ConfigError: as ``mark_deferred``.
+    """
+    vendor = check_vendor(vendor)
+    found: dict[str, dict[str, Any]] = {}
+    for index, tool in enumerate(_tool_list(tools)):
+        if vendor == "openai" and tool.get("type") == "namespace":
+            for member in tool.get("tools", []):
+                if isinstance(member, Mapping) and isinstance(member.get("name"), str):
+                    found[member["name"]] = dict(member)
+        elif _is_function(vendor, tool, index) and tool.get("name") != NAME:
+            found[str(tool["name"])] = dict(tool)
+    return found
+
+
+def _is_function(vendor: str, tool: Mapping[str, Any], index: int) -> bool:
+    if not isinstance(tool.get("name"), str):
+        return False
+    if vendor == "anthropic":
+        # Anthropic's own tools (tool_search_tool_bm25_…, web_search_…) carry a dated type.
+        return tool.get("type") in (None, "custom")
+    return tool.get("type") == "function"
+
+
+def _deferred(tool: Mapping[str, Any], kept: set[str]) -> dict[str, Any]:
+    item = dict(tool)
+    if item.get("name") != NAME and item.get("name") not in kept:
+        item["defer_loading"] = True
+    return item
+
+
+def _loaded(definition: Mapping[str, Any]) -> dict[str, Any]:
+    # The definition as the host's list has it; ``defer_loading`` stays, as the host sent it.
+    return copy.deepcopy(dict(definition))
+
+
+def _tool_list(tools: object) -> list[Mapping[str, Any]]:
+    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+        raise ConfigError(f"expected a list of tool definitions, got {type(tools).__name__}")
+    wrong = [i for i, tool in enumerate(tools) if not isinstance(tool, Mapping)]
+    if wrong:
+        raise ConfigError(
+            f"tool {wrong[0]}: expected a tool object, got {type(tools[wrong[0]]).__name__}"
+        )
+    return list(tools)
+
+
+def _object(value: object, what: str) -> Mapping[str, Any]:
+    if isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"the {what} is not JSON: {exc.msg}") from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"expected the {what} as an object, got {type(value).__name__}")
+    return value
+
+
+def _arguments(arguments: object) -> tuple[str | None, int | None]:
+    """The query and limit the model passed; ``None`` for what it did not pass readably."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None, None
+    if not isinstance(arguments, Mapping):
+        return None, None
+    query = arguments.get("query")
+    if isinstance(query, list):  # some hosts' schemas take several phrasings
+        query = " ".join(q for q in query if isinstance(q, str))
+    query = query.strip() if isinstance(query, str) else None
+    limit = next(
+        (v for key in ("limit", "top_k", "max_results") if isinstance(v := arguments.get(key), int)),
+        None,
+    )
+    if isinstance(limit, bool) or (limit is not None and limit < 1):
+        limit = None
+    return query or None, limit

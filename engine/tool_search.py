@@ -1,0 +1,167 @@
+"""toolroute as the search engine behind a vendor's deferred-tool search.
+
+Anthropic (``defer_loading`` plus a client-side search tool answered with ``tool_reference``
+blocks) and OpenAI Responses (``tool_search`` with ``execution: "client"``, answered with a
+``tool_search_output`` item) let the host keep the whole catalogue out of the prompt, keep the
+prompt cache, and bring its own search. ``ToolSearch`` answers that search with the engine's
+ranking: dedup, allow- and deny-lists, and fail-open::
+
+    from toolroute.tool_search import ToolSearch
+
+    search = ToolSearch(engine, "anthropic", tools)     # tools: the host's Anthropic list
+    request_tools = search.tools()                      # deferred, plus the search tool
+    ...
+    block = next(b for b in reply["content"] if b["type"] == "tool_use"
+                 and b["name"] == "search_tools")
+    result = await search.answer(block)                 # a tool_result of tool_references
+
+For OpenAI the call is the ``tool_search_call`` output item and the answer the
+``tool_search_output`` item; append both to the next request's ``input``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import trio
+
+from ._core.catalog.catalog import Catalog
+from ._core.errors import ConfigError, ToolrouteError
+from ._core.public import publish as _publish
+from ._core.select.access import ToolAccess, request_access
+from ._core.select.arguments import count
+from ._core.select.policy import Policy
+from ._core.select.vendor_search import SearchCall as SearchCall
+from ._core.select.vendor_search import answer as _answer
+from ._core.select.vendor_search import check_vendor as _check_vendor
+from ._core.select.vendor_search import definitions_by_name as _definitions_by_name
+from ._core.select.vendor_search import mark_deferred as mark_deferred
+from ._core.select.vendor_search import read_call as read_call
+from ._core.select.vendor_search import search_tool as search_tool
+
+__all__ = ["SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"]
+
+# The engine failing (a crashed service, a broken channel) is ours to absorb; a caller's
+# mistake (ConfigError, a closed engine's RuntimeError) is not.
+_ENGINE_FAULTS = (ToolrouteError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class ToolSearch:
+    """Answer one vendor's client-executed tool search with an engine's ranking.
+
+    Args:
+        engine: an open ``Engine`` (trio) or ``toolroute.asyncio`` engine over the
+            catalogue the tool list came from.
+        vendor: ``anthropic`` or ``openai`` (Responses).
+        tools: the host's tool list in that vendor's format. A found tool is answered only
+            if this list has it, by id or, when unambiguous, by name: the vendor can load
+            nothing else.
+        k: how many tools an answer names, unless the model asks for fewer.
+        tenant: the tenant's ``ToolAccess``; a tool it keeps out is never found.
+
+    Raises:
+        ConfigError: an unknown vendor, ``tools`` is not a list of tool objects, ``k`` is
+            not a positive integer, or ``tenant`` is not a ``ToolAccess``.
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        vendor: str,
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        k: int = 5,
+        tenant: ToolAccess | None = None,
+    ) -> None:
+        self._engine = engine
+        self.vendor = _check_vendor(vendor)
+        self._tools = list(tools)
+        self._definitions = _definitions_by_name(self.vendor, self._tools)
+        self.k = count(k, "k", 1)
+        self._tenant = request_access(None, None, tenant)
+        self._names = _names_of(engine.catalog, self._definitions)
+
+    def tools(self, *, keep: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The tool list to send: the host's tools deferred (but ``keep``), then the search
+        tool, which is never deferred."""
+        return [*mark_deferred(self.vendor, self._tools, keep=keep), search_tool(self.vendor)]
+
+    async def answer(
+        self,
+        call: object,
+        *,
+        allow: Sequence[str] | None = None,
+        deny: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The vendor's answer to the model's search ``call``, ranked by the engine.
+
+        Args:
+            call: the Anthropic ``tool_use`` block or OpenAI ``tool_search_call`` item
+                (a dict or its JSON text).
+            allow, deny: this request's lists (as ``Engine.select``), narrowing the tenant's.
+
+        Returns:
+            An Anthropic ``tool_result`` block (``tool_reference`` content) or an OpenAI
+            ``tool_search_output`` item, ready to send.
+
+        Raises:
+            ConfigError: ``call`` is not this vendor's search call, or ``allow``/``deny``
+                are not lists of tool ids.
+
+        **Cancellation:** the caller's cancel scope cancels the search.
+
+        **Fail-open:** recall degrades to keywords inside the engine; if the engine itself
+        fails, the tools are ranked by keyword over its served index. Arguments the model
+        sent without a query get an answer saying what was expected, never an exception.
+        """
+        read = read_call(self.vendor, call)
+        access = request_access(allow, deny, self._tenant)
+        if read.query is None:
+            return _answer(read, (), ())
+        wanted = min(self.k, read.limit or self.k)
+        found = await self._ranked(read.query, wanted, access)
+        names = [self._names[tool_id] for tool_id in found]
+        return _answer(read, names, [self._definitions[name] for name in names])
+
+    async def _ranked(self, query: str, wanted: int, access: ToolAccess) -> tuple[str, ...]:
+        # Only tools the host's list has can be loaded: narrowing to them before recall keeps
+        # the answer full (k of them), not k of the catalogue with the unloadable dropped.
+        listed = access.narrowed(ToolAccess(allow=self._names)) if self._partial() else access
+        try:
+            selection = await self._engine.select(
+                query,
+                policy=Policy(max_tools=wanted, threshold=None, adaptive=False),
+                allow=None if listed.allow is None else sorted(listed.allow),
+                deny=sorted(listed.deny),
+            )
+            found: tuple[str, ...] = selection.tool_ids
+        except ConfigError:
+            raise
+        except _ENGINE_FAULTS as exc:
+            index = self._engine.index
+            ranking = index.rank(
+                query, None, len(index.catalog), reason=f"the engine failed: {type(exc).__name__}"
+            )
+            found = listed.only(ranking.tool_ids)
+        return tuple(i for i in found if i in self._names and listed.permits(i))[:wanted]
+
+    def _partial(self) -> bool:
+        return len(self._names) < len(self._engine.index.catalog)
+
+
+def _names_of(catalog: Catalog, definitions: Mapping[str, Any]) -> dict[str, str]:
+    """Tool id → the name the host's list gives it, for the tools the list has."""
+    by_name: dict[str, list[str]] = {}
+    for tool in catalog:
+        by_name.setdefault(tool.name, []).append(tool.id)
+    names: dict[str, str] = {}
+    for name in definitions:
+        if name in catalog:
+            names[name] = name
+        elif len(by_name.get(name, ())) == 1:
+            names[by_name[name][0]] = name
+    return names
+
+
+_publish(__name__, globals())

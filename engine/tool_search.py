@@ -77,7 +77,8 @@ class ToolSearch:
         self._engine = engine
         self.vendor = _check_vendor(vendor)
         self._tools = list(tools)
-        self._definitions = _definitions_by_name(self.vendor, self._tools)
+        # Found tools are answered as the request lists them, deferred: the vendor compares.
+        self._definitions = _definitions_by_name(self.vendor, mark_deferred(self.vendor, tools))
         self.k = count(k, "k", 1)
         self._tenant = request_access(None, None, tenant)
         self._names = _names_of(engine.catalog, self._definitions)

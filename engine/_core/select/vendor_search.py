@@ -95,7 +95,7 @@ def read_call(vendor: str, call: object) -> SearchCall:
     expected = "tool_use" if vendor == "anthropic" else "tool_search_call"
     if item.get("type") != expected:
         raise ConfigError(
-            f"expected a {vendor} {expected!r} item, got type {item.get('type')!r} "
+            f"expected {vendor}'s search call, a {expected!r} item, got type {item.get('type')!r} "
             f"(keys {sorted(item)[:8]})"
         )
     if vendor == "anthropic":

@@ -1,0 +1,129 @@
+"""The vendors' tool-search shapes, read and written as the recorded fixtures have them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolroute import ConfigError
+from toolroute.tool_search import mark_deferred, read_call, search_tool
+from toolroute._core.select.vendor_search import NO_QUERY, NOTHING_FOUND, answer
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "tool_search"
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def undeferred(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in t.items() if k != "defer_loading"} for t in tools]
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+def test_every_fixture_says_where_its_shapes_come_from(vendor: str) -> None:
+    for path in FIXTURES.glob(f"{vendor}_*.json"):
+        note = json.loads(path.read_text())["note"]
+        assert "@" in note or "Source" in note, path.name  # a commit or a page
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+def test_the_recorded_search_call_is_read(vendor: str) -> None:
+    recorded = fixture(f"{vendor}_exchange")
+    for form in (recorded["search_call"], json.dumps(recorded["search_call"])):
+        call = read_call(vendor, form)
+        assert call.query == "weather forecast for a city"
+        assert call.call_id == recorded["answer"].get("tool_use_id", recorded["answer"].get("call_id"))
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+def test_the_answer_is_the_recorded_shape(vendor: str) -> None:
+    recorded = fixture(f"{vendor}_exchange")
+    definition = recorded["request"]["tools"][0]
+    written = answer(read_call(vendor, recorded["search_call"]), ["get_forecast"], [definition])
+    assert written == recorded["answer"]
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+def test_marking_deferred_gives_the_recorded_tool_list(vendor: str) -> None:
+    recorded = fixture(f"{vendor}_exchange")
+    plain = undeferred(recorded["request"]["tools"][:-1])
+    before = copy.deepcopy(plain)
+    marked = mark_deferred(vendor, plain)
+    assert [*marked, recorded["request"]["tools"][-1]] == recorded["request"]["tools"]
+    assert plain == before  # the host's list is not touched
+    assert search_tool(vendor)["description"].startswith("Search for available tools")
+
+
+def test_kept_tools_and_the_search_tool_are_never_deferred() -> None:
+    tools = [
+        {"name": "search_tools", "input_schema": {}},
+        {"name": "get_forecast", "input_schema": {}},
+        {"name": "create_issue", "input_schema": {}},
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
+    marked = mark_deferred("anthropic", tools, keep=["create_issue"])
+    assert [t.get("defer_loading", False) for t in marked] == [False, True, False, False]
+
+
+def test_openai_namespace_members_are_deferred() -> None:
+    tools = [{"type": "namespace", "name": "crm", "description": "CRM",
+              "tools": [{"type": "function", "name": "get_customer"}]}]
+    marked = mark_deferred("openai", tools)
+    assert marked[0]["tools"] == [{"type": "function", "name": "get_customer", "defer_loading": True}]
+
+
+@pytest.mark.parametrize(
+    ("vendor", "call", "expected"),
+    [
+        ("anthropic", {"type": "tool_result", "tool_use_id": "x"}, "expected anthropic's search call, a 'tool_use' item"),
+        ("openai", {"type": "function_call", "call_id": "x"}, "expected openai's search call, a 'tool_search_call' item"),
+        ("openai", {"type": "tool_search_call", "execution": "server", "call_id": "x"}, "execution 'client'"),
+        ("anthropic", {"type": "tool_use", "input": {"query": "x"}}, "no 'id' to answer"),
+        ("openai", "not json", "not JSON"),
+        ("openai", ["a list"], "as an object, got list"),
+        ("gemini", {}, "unknown tool-search vendor 'gemini'"),
+    ],
+)
+def test_a_host_passing_something_else_gets_a_clear_error(
+    vendor: str, call: object, expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=expected.replace("(", r"\(")):
+        read_call(vendor, call)
+
+
+@pytest.mark.parametrize("arguments", [{}, {"query": ""}, {"query": 3}, "{broken", None])
+def test_a_model_call_without_a_query_is_answered_not_raised(arguments: object) -> None:
+    anthropic = read_call("anthropic", {"type": "tool_use", "id": "t", "input": arguments})
+    assert anthropic.query is None
+    assert answer(anthropic, ["ignored"], [{}]) == {
+        "type": "tool_result", "tool_use_id": "t",
+        "content": [{"type": "text", "text": NO_QUERY}], "is_error": True,
+    }
+    openai = read_call("openai", {"type": "tool_search_call", "call_id": "c", "arguments": arguments})
+    assert answer(openai, [], [])["tools"] == []
+
+
+def test_an_anthropic_answer_that_found_nothing_still_has_content() -> None:
+    call = read_call("anthropic", {"type": "tool_use", "id": "t", "input": {"query": "x"}})
+    assert answer(call, [], [])["content"] == [{"type": "text", "text": NOTHING_FOUND}]
+
+
+def test_the_model_may_ask_for_fewer_tools() -> None:
+    call = read_call("openai", {"type": "tool_search_call", "call_id": "c",
+                                "arguments": {"query": ["weather", "forecast"], "limit": 2}})
+    assert (call.query, call.limit) == ("weather forecast", 2)
+    assert read_call("openai", {"type": "tool_search_call", "call_id": "c",
+                                "arguments": {"query": "x", "limit": 0}}).limit is None
+
+
+def test_mark_deferred_refuses_what_is_not_a_tool_list() -> None:
+    with pytest.raises(ConfigError, match="expected a list of tool definitions, got str"):
+        mark_deferred("openai", "tools")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="tool 1: expected a tool object, got int"):
+        mark_deferred("openai", [{"type": "function", "name": "a"}, 3])  # type: ignore[list-item]

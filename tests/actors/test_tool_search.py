@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 import pytest
 import trio
 import trio.testing
@@ -72,9 +71,18 @@ def host_tools(vendor: str, catalog: Catalog) -> list[dict[str, Any]]:
 
 def call(vendor: str, query: object) -> dict[str, Any]:
     if vendor == "anthropic":
-        return {"type": "tool_use", "id": "toolu_1", "name": "search_tools", "input": {"query": query}}
-    return {"type": "tool_search_call", "call_id": "c1", "execution": "client",
-            "arguments": {"query": query}}
+        return {
+            "type": "tool_use",
+            "id": "toolu_1",
+            "name": "search_tools",
+            "input": {"query": query},
+        }
+    return {
+        "type": "tool_search_call",
+        "call_id": "c1",
+        "execution": "client",
+        "arguments": {"query": query},
+    }
 
 
 def found(vendor: str, answer: dict[str, Any]) -> list[str]:
@@ -111,19 +119,29 @@ async def test_answers_name_the_tools_select_ranks_best_first(vendor: str) -> No
 async def test_the_model_may_ask_for_fewer_tools_never_more() -> None:
     async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
         search = ToolSearch(engine, "openai", host_tools("openai", DEMO), k=3)
-        few = {"type": "tool_search_call", "call_id": "c", "arguments": {"query": "weather", "limit": 2}}
-        many = {"type": "tool_search_call", "call_id": "c", "arguments": {"query": "weather", "limit": 9}}
+        few = {
+            "type": "tool_search_call",
+            "call_id": "c",
+            "arguments": {"query": "weather", "limit": 2},
+        }
+        many = {
+            "type": "tool_search_call",
+            "call_id": "c",
+            "arguments": {"query": "weather", "limit": 9},
+        }
         assert len((await search.answer(few))["tools"]) == 2
         assert len((await search.answer(many))["tools"]) == 3
 
 
 async def test_a_duplicate_is_found_once_by_its_representative() -> None:
     issue = "Open an issue in a repository"
-    twins = Catalog([
-        Tool("github__open_issue", "open_issue", issue, server="github"),
-        Tool("gitlab__open_issue", "open_issue", issue, server="gitlab"),
-        Tool("get_weather", "get_weather", "Weather forecast for a city"),
-    ])
+    twins = Catalog(
+        [
+            Tool("github__open_issue", "open_issue", issue, server="github"),
+            Tool("gitlab__open_issue", "open_issue", issue, server="gitlab"),
+            Tool("get_weather", "get_weather", "Weather forecast for a city"),
+        ]
+    )
     config = EngineConfig(cache=False, dedup=DedupConfig(enabled=True))
     async with open_engine(twins, config=config, embedder=None) as engine:
         search = ToolSearch(engine, "anthropic", host_tools("anthropic", twins))
@@ -142,15 +160,19 @@ async def test_only_tools_the_host_listed_are_answered_and_k_of_them() -> None:
         narrowed = await engine.select(
             query, policy=Policy(max_tools=3, threshold=None, adaptive=False), allow=listed.ids
         )
-    assert names == list(narrowed.tool_ids) and len(names) == 3
+    assert names == list(narrowed.tool_ids)
+    assert len(names) == 3
     assert all(name in listed for name in names)
 
 
 async def test_names_are_matched_by_id_or_by_an_unambiguous_name() -> None:
     # The demo has two tools named "search" (gmail__search, web__search): a host list naming
     # "search" cannot say which, so it is not answered; "search_news" is unambiguous.
-    tools = [{"name": "search", "input_schema": {}}, {"name": "search_news", "input_schema": {}},
-             {"name": "web__search", "input_schema": {}}]
+    tools = [
+        {"name": "search", "input_schema": {}},
+        {"name": "search_news", "input_schema": {}},
+        {"name": "web__search", "input_schema": {}},
+    ]
     async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
         search = ToolSearch(engine, "anthropic", tools, k=5)
         names = found("anthropic", await search.answer(call("anthropic", "search the web news")))
@@ -163,11 +185,13 @@ async def test_allow_deny_and_tenant_narrow_what_is_found() -> None:
         search = ToolSearch(engine, "anthropic", host_tools("anthropic", DEMO), tenant=tenant)
         answer = await search.answer(call("anthropic", "weather forecast"), deny=["get_alerts"])
         names = found("anthropic", answer)
-        assert names and not {"get_forecast", "get_alerts"} & set(names)
+        assert names
+        assert not {"get_forecast", "get_alerts"} & set(names)
         only = await search.answer(
             call("anthropic", "email me the weather forecast"), allow=["send_email", "get_forecast"]
         )
-        assert found("anthropic", only) == ["send_email"]  # allowed, and not denied by the tenant
+        # send_email is allowed; get_forecast is allowed but the tenant denies it.
+        assert found("anthropic", only) == ["send_email"]
 
 
 @pytest.mark.parametrize(
@@ -205,7 +229,8 @@ async def test_a_call_without_a_query_never_reaches_the_engine() -> None:
     async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
         broken = FailingEngine(engine, EngineCrashed("unused"))
         answer = await ToolSearch(broken, "anthropic", []).answer(call("anthropic", None))
-    assert answer["is_error"] is True and broken.selects == 0
+    assert answer["is_error"] is True
+    assert broken.selects == 0
 
 
 catalogs = st.lists(
@@ -217,7 +242,9 @@ catalogs = st.lists(
 
 @given(
     raw_tools=catalogs,
-    queries=st.lists(st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join), min_size=1, max_size=3),
+    queries=st.lists(
+        st.lists(st.sampled_from(WORDS), max_size=3).map(" ".join), min_size=1, max_size=3
+    ),
     schedule=st.lists(st.sampled_from(EMBEDDER_FAULTS), max_size=4),
     engine_fails=st.booleans(),
     vendor=st.sampled_from(["anthropic", "openai"]),
@@ -233,12 +260,17 @@ def test_no_denied_tool_is_ever_found_under_any_fault(
     data: st.DataObject,
 ) -> None:
     catalog = Catalog.from_plain(
-        [{"name": f"{name}_{j}", "description": " ".join(words)} for j, (name, words) in enumerate(raw_tools)]
+        [
+            {"name": f"{name}_{j}", "description": " ".join(words)}
+            for j, (name, words) in enumerate(raw_tools)
+        ]
     )
     ids = list(catalog.ids)
     denied = data.draw(st.lists(st.sampled_from(ids), min_size=1, unique=True), label="denied")
     tenant_denied = data.draw(st.lists(st.sampled_from(ids), unique=True), label="tenant")
-    allow = data.draw(st.none() | st.lists(st.sampled_from(ids), min_size=1, unique=True), label="allow")
+    allow = data.draw(
+        st.none() | st.lists(st.sampled_from(ids), min_size=1, unique=True), label="allow"
+    )
     never = set(denied) | set(tenant_denied)
     permitted = (set(ids) if allow is None else set(allow)) - never
     embedder = FaultyEmbedder(schedule)
@@ -253,12 +285,17 @@ def test_no_denied_tool_is_ever_found_under_any_fault(
         async with open_engine(
             catalog, config=config, embedder=embedder, run_cpu=virtual_cpu(embedder)
         ) as engine:
-            served: Any = FailingEngine(engine, EngineCrashed("injected")) if engine_fails else engine
-            search = ToolSearch(served, vendor, host_tools(vendor, catalog),
-                                tenant=ToolAccess(deny=tenant_denied))
+            served: Any = (
+                FailingEngine(engine, EngineCrashed("injected")) if engine_fails else engine
+            )
+            search = ToolSearch(
+                served, vendor, host_tools(vendor, catalog), tenant=ToolAccess(deny=tenant_denied)
+            )
             for query in queries:
-                names = found(vendor, await search.answer(call(vendor, query or "x"),
-                                                          allow=allow, deny=denied))
+                names = found(
+                    vendor,
+                    await search.answer(call(vendor, query or "x"), allow=allow, deny=denied),
+                )
                 assert not set(names) & never, f"found denied {set(names) & never}"
                 assert set(names) <= permitted
 

@@ -38,8 +38,13 @@ def host_tools(vendor: str) -> list[dict[str, Any]]:
             for t in CATALOG
         ]
     return [
-        {"type": "function", "name": t.id, "description": t.description,
-         "parameters": dict(t.parameters), "strict": None}
+        {
+            "type": "function",
+            "name": t.id,
+            "description": t.description,
+            "parameters": dict(t.parameters),
+            "strict": None,
+        }
         for t in CATALOG
     ]
 
@@ -73,7 +78,10 @@ async def test_anthropic_search_turn_loads_the_tools_select_ranks(request_text: 
     assert second.status_code == 200, vendor.seen.errors
     assert vendor.seen.loaded == [expected]
     assert second.json()["content"][0] == {
-        "type": "tool_use", "id": "toolu_call_1", "name": expected[0], "input": {}
+        "type": "tool_use",
+        "id": "toolu_call_1",
+        "name": expected[0],
+        "input": {},
     }
     assert vendor.seen.tool_blocks[0] == vendor.seen.tool_blocks[1]  # the cached prefix holds
 

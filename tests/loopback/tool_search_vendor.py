@@ -71,7 +71,10 @@ class _Handler(BaseHTTPRequestHandler):
             with self.server.lock:
                 self.server.seen.errors.append(str(exc))
             status = 400
-            body = {"type": "error", "error": {"type": "invalid_request_error", "message": str(exc)}}
+            body = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": str(exc)},
+            }
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -95,8 +98,14 @@ def _anthropic_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
     if isinstance(last["content"], str):  # turn 1: search with the user's words
         seen.queries.append(last["content"])
         return _anthropic_reply(
-            [{"type": "tool_use", "id": "toolu_search_1", "name": SEARCH_TOOL,
-              "input": {"query": last["content"]}}]
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_search_1",
+                    "name": SEARCH_TOOL,
+                    "input": {"query": last["content"]},
+                }
+            ]
         )
     results = [b for b in last["content"] if b.get("type") == "tool_result"]
     asked = {
@@ -116,7 +125,9 @@ def _anthropic_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
             if set(block) - {"type", "tool_name", "cache_control"}:
                 raise Refused(f"tool_reference has unknown fields {sorted(block)}")
             if block.get("tool_name") not in deferred:
-                raise Refused(f"tool_reference names {block.get('tool_name')!r}, not a deferred tool")
+                raise Refused(
+                    f"tool_reference names {block.get('tool_name')!r}, not a deferred tool"
+                )
             found.append(block["tool_name"])
     seen.loaded.append(found)
     if not found:
@@ -127,8 +138,13 @@ def _anthropic_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
 
 
 def _anthropic_reply(content: list[dict[str, Any]], stop: str = "tool_use") -> dict[str, Any]:
-    return {"id": "msg_loopback", "type": "message", "role": "assistant", "content": content,
-            "stop_reason": stop}
+    return {
+        "id": "msg_loopback",
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "stop_reason": stop,
+    }
 
 
 # -- OpenAI Responses -----------------------------------------------------------------------
@@ -148,8 +164,16 @@ def _openai_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
         text = last["content"]
         seen.queries.append(text)
         return _openai_reply(
-            [{"type": "tool_search_call", "id": "tsc_1", "call_id": "call_search_1",
-              "execution": "client", "status": "completed", "arguments": {"query": text}}]
+            [
+                {
+                    "type": "tool_search_call",
+                    "id": "tsc_1",
+                    "call_id": "call_search_1",
+                    "execution": "client",
+                    "status": "completed",
+                    "arguments": {"query": text},
+                }
+            ]
         )
     calls = {i["call_id"] for i in items if i.get("type") == "tool_search_call"}
     found: list[str] = []
@@ -169,11 +193,26 @@ def _openai_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
             found.append(name)
     seen.loaded.append(found)
     if not found:
-        return _openai_reply([{"type": "message", "role": "assistant",
-                               "content": [{"type": "output_text", "text": "No tool found."}]}])
+        return _openai_reply(
+            [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "No tool found."}],
+                }
+            ]
+        )
     return _openai_reply(
-        [{"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": found[0],
-          "arguments": "{}", "status": "completed"}]
+        [
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": found[0],
+                "arguments": "{}",
+                "status": "completed",
+            }
+        ]
     )
 
 

@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError
-from toolroute.prompt_cache import StickyPicks, permitted_call, restriction, same_topic, stable_order
+from toolroute.prompt_cache import (
+    StickyPicks,
+    permitted_call,
+    restriction,
+    same_topic,
+    stable_order,
+)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tool_search"
 ORDER = tuple(f"tool_{i:02d}" for i in range(30))
@@ -57,13 +63,15 @@ def test_a_host_enforces_the_set_where_the_vendor_has_no_restriction() -> None:
 
 def test_sticky_picks_change_only_when_the_topic_does() -> None:
     picks = StickyPicks().advance(["tool_05", "tool_03", "tool_04"], ORDER)
-    assert picks.tool_ids == ("tool_03", "tool_04", "tool_05") and picks.changes == 0
+    assert picks.tool_ids == ("tool_03", "tool_04", "tool_05")
+    assert picks.changes == 0
     # Same topic, reordered and with one newcomer: the set (and the restriction) holds.
     same = picks.advance(["tool_04", "tool_05", "tool_09"], ORDER)
     assert same is picks
     # The best pick is new: the topic changed.
     moved = same.advance(["tool_20", "tool_21", "tool_03"], ORDER)
-    assert moved.tool_ids == ("tool_03", "tool_20", "tool_21") and moved.changes == 1
+    assert moved.tool_ids == ("tool_03", "tool_20", "tool_21")
+    assert moved.changes == 1
     # A step that could not judge keeps the set.
     assert moved.advance([], ORDER) is moved
 
@@ -85,7 +93,11 @@ def test_the_best_pick_is_always_callable_and_the_set_is_in_catalogue_order(
         changed = picks.tool_ids != before.tool_ids
         assert picks.changes == before.changes + (changed and bool(before.tool_ids))
         # The set changes only when the step's picks are off the topic it served.
-        if before.tool_ids and ranked and same_topic(before.tool_ids, list(dict.fromkeys(ranked)), keep):
+        if (
+            before.tool_ids
+            and ranked
+            and same_topic(before.tool_ids, list(dict.fromkeys(ranked)), keep)
+        ):
             assert not changed
 
 
@@ -93,10 +105,17 @@ def test_the_best_pick_is_always_callable_and_the_set_is_in_catalogue_order(
 def test_stable_order_does_not_depend_on_rank(ids: list[str], random: Any) -> None:
     shuffled = list(ids)
     random.shuffle(shuffled)
-    assert stable_order(shuffled, ORDER) == stable_order(ids, ORDER) == tuple(
-        i for i in ORDER if i in ids
+    assert (
+        stable_order(shuffled, ORDER)
+        == stable_order(ids, ORDER)
+        == tuple(i for i in ORDER if i in ids)
     )
 
 
 def test_ids_the_catalogue_lacks_come_last_in_the_order_given() -> None:
-    assert stable_order(["zz", "tool_02", "aa", "tool_01"], ORDER) == ("tool_01", "tool_02", "zz", "aa")
+    assert stable_order(["zz", "tool_02", "aa", "tool_01"], ORDER) == (
+        "tool_01",
+        "tool_02",
+        "zz",
+        "aa",
+    )

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from toolroute import ConfigError
-from toolroute.tool_search import mark_deferred, read_call, search_tool
 from toolroute._core.select.vendor_search import NO_QUERY, NOTHING_FOUND, answer
+from toolroute.tool_search import mark_deferred, read_call, search_tool
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tool_search"
 
@@ -38,7 +38,9 @@ def test_the_recorded_search_call_is_read(vendor: str) -> None:
     for form in (recorded["search_call"], json.dumps(recorded["search_call"])):
         call = read_call(vendor, form)
         assert call.query == "weather forecast for a city"
-        assert call.call_id == recorded["answer"].get("tool_use_id", recorded["answer"].get("call_id"))
+        assert call.call_id == recorded["answer"].get(
+            "tool_use_id", recorded["answer"].get("call_id")
+        )
 
 
 @pytest.mark.parametrize("vendor", ["anthropic", "openai"])
@@ -72,18 +74,38 @@ def test_kept_tools_and_the_search_tool_are_never_deferred() -> None:
 
 
 def test_openai_namespace_members_are_deferred() -> None:
-    tools = [{"type": "namespace", "name": "crm", "description": "CRM",
-              "tools": [{"type": "function", "name": "get_customer"}]}]
+    tools = [
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "CRM",
+            "tools": [{"type": "function", "name": "get_customer"}],
+        }
+    ]
     marked = mark_deferred("openai", tools)
-    assert marked[0]["tools"] == [{"type": "function", "name": "get_customer", "defer_loading": True}]
+    assert marked[0]["tools"] == [
+        {"type": "function", "name": "get_customer", "defer_loading": True}
+    ]
 
 
 @pytest.mark.parametrize(
     ("vendor", "call", "expected"),
     [
-        ("anthropic", {"type": "tool_result", "tool_use_id": "x"}, "expected anthropic's search call, a 'tool_use' item"),
-        ("openai", {"type": "function_call", "call_id": "x"}, "expected openai's search call, a 'tool_search_call' item"),
-        ("openai", {"type": "tool_search_call", "execution": "server", "call_id": "x"}, "execution 'client'"),
+        (
+            "anthropic",
+            {"type": "tool_result", "tool_use_id": "x"},
+            "expected anthropic's search call, a 'tool_use' item",
+        ),
+        (
+            "openai",
+            {"type": "function_call", "call_id": "x"},
+            "expected openai's search call, a 'tool_search_call' item",
+        ),
+        (
+            "openai",
+            {"type": "tool_search_call", "execution": "server", "call_id": "x"},
+            "execution 'client'",
+        ),
         ("anthropic", {"type": "tool_use", "input": {"query": "x"}}, "no 'id' to answer"),
         ("openai", "not json", "not JSON"),
         ("openai", ["a list"], "as an object, got list"),
@@ -102,10 +124,14 @@ def test_a_model_call_without_a_query_is_answered_not_raised(arguments: object) 
     anthropic = read_call("anthropic", {"type": "tool_use", "id": "t", "input": arguments})
     assert anthropic.query is None
     assert answer(anthropic, ["ignored"], [{}]) == {
-        "type": "tool_result", "tool_use_id": "t",
-        "content": [{"type": "text", "text": NO_QUERY}], "is_error": True,
+        "type": "tool_result",
+        "tool_use_id": "t",
+        "content": [{"type": "text", "text": NO_QUERY}],
+        "is_error": True,
     }
-    openai = read_call("openai", {"type": "tool_search_call", "call_id": "c", "arguments": arguments})
+    openai = read_call(
+        "openai", {"type": "tool_search_call", "call_id": "c", "arguments": arguments}
+    )
     assert answer(openai, [], [])["tools"] == []
 
 
@@ -115,11 +141,22 @@ def test_an_anthropic_answer_that_found_nothing_still_has_content() -> None:
 
 
 def test_the_model_may_ask_for_fewer_tools() -> None:
-    call = read_call("openai", {"type": "tool_search_call", "call_id": "c",
-                                "arguments": {"query": ["weather", "forecast"], "limit": 2}})
+    call = read_call(
+        "openai",
+        {
+            "type": "tool_search_call",
+            "call_id": "c",
+            "arguments": {"query": ["weather", "forecast"], "limit": 2},
+        },
+    )
     assert (call.query, call.limit) == ("weather forecast", 2)
-    assert read_call("openai", {"type": "tool_search_call", "call_id": "c",
-                                "arguments": {"query": "x", "limit": 0}}).limit is None
+    assert (
+        read_call(
+            "openai",
+            {"type": "tool_search_call", "call_id": "c", "arguments": {"query": "x", "limit": 0}},
+        ).limit
+        is None
+    )
 
 
 def test_mark_deferred_refuses_what_is_not_a_tool_list() -> None:

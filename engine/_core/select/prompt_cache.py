@@ -69,9 +69,7 @@ class StickyPicks:
             return attrs.evolve(self, tool_ids=stable_order(picks, order))
         if same_topic(self.tool_ids, picks, self.keep_overlap):
             return self
-        return attrs.evolve(
-            self, tool_ids=stable_order(picks, order), changes=self.changes + 1
-        )
+        return attrs.evolve(self, tool_ids=stable_order(picks, order), changes=self.changes + 1)
 
 
 def same_topic(current: Sequence[str], picks: Sequence[str], keep_overlap: float) -> bool:

@@ -114,7 +114,9 @@ def read_call(vendor: str, call: object) -> SearchCall:
     return SearchCall(vendor=vendor, call_id=call_id, query=query, limit=limit)
 
 
-def answer(call: SearchCall, names: Sequence[str], definitions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def answer(
+    call: SearchCall, names: Sequence[str], definitions: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     """The answer to ``call`` naming the found tools (``names``, best first; for OpenAI their
     ``definitions`` in the same order, as the host's tool list has them)."""
     if call.vendor == "anthropic":
@@ -170,7 +172,9 @@ def mark_deferred(
     return marked
 
 
-def definitions_by_name(vendor: str, tools: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def definitions_by_name(
+    vendor: str, tools: Sequence[Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
     """The host's function tools by the name the model calls them (OpenAI namespace members
     by their own name), search tools left out.
 
@@ -246,7 +250,11 @@ def _arguments(arguments: object) -> tuple[str | None, int | None]:
         query = " ".join(q for q in query if isinstance(q, str))
     query = query.strip() if isinstance(query, str) else None
     limit = next(
-        (v for key in ("limit", "top_k", "max_results") if isinstance(v := arguments.get(key), int)),
+        (
+            v
+            for key in ("limit", "top_k", "max_results")
+            if isinstance(v := arguments.get(key), int)
+        ),
         None,
     )
     if isinstance(limit, bool) or (limit is not None and limit < 1):

@@ -19,19 +19,20 @@ For OpenAI the call is the ``tool_search_call`` output item and the answer the
 ``tool_search_output`` item; append both to the next request's ``input``.
 """
 
-from __future__ import annotations
+from collections.abc import Mapping as _Mapping
+from collections.abc import Sequence as _Sequence
+from typing import Any as _Any
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import trio as _trio
 
-import trio
-
-from ._core.catalog.catalog import Catalog
-from ._core.errors import ConfigError, ToolrouteError
+from ._core.catalog.catalog import Catalog as _Catalog
+from ._core.errors import ConfigError as _ConfigError
+from ._core.errors import ToolrouteError as _ToolrouteError
 from ._core.public import publish as _publish
-from ._core.select.access import ToolAccess, request_access
-from ._core.select.arguments import count
-from ._core.select.policy import Policy
+from ._core.select.access import ToolAccess as _ToolAccess
+from ._core.select.access import request_access as _request_access
+from ._core.select.arguments import count as _count
+from ._core.select.policy import Policy as _Policy
 from ._core.select.vendor_search import SearchCall as SearchCall
 from ._core.select.vendor_search import answer as _answer
 from ._core.select.vendor_search import check_vendor as _check_vendor
@@ -44,7 +45,7 @@ __all__ = ["SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_too
 
 # The engine failing (a crashed service, a broken channel) is ours to absorb; a caller's
 # mistake (ConfigError, a closed engine's RuntimeError) is not.
-_ENGINE_FAULTS = (ToolrouteError, trio.BrokenResourceError, trio.ClosedResourceError)
+_ENGINE_FAULTS = (_ToolrouteError, _trio.BrokenResourceError, _trio.ClosedResourceError)
 
 
 class ToolSearch:
@@ -67,23 +68,23 @@ class ToolSearch:
 
     def __init__(
         self,
-        engine: Any,
+        engine: _Any,
         vendor: str,
-        tools: Sequence[Mapping[str, Any]],
+        tools: _Sequence[_Mapping[str, _Any]],
         *,
         k: int = 5,
-        tenant: ToolAccess | None = None,
+        tenant: _ToolAccess | None = None,
     ) -> None:
         self._engine = engine
         self.vendor = _check_vendor(vendor)
         self._tools = list(tools)
         # Found tools are answered as the request lists them, deferred: the vendor compares.
         self._definitions = _definitions_by_name(self.vendor, mark_deferred(self.vendor, tools))
-        self.k = count(k, "k", 1)
-        self._tenant = request_access(None, None, tenant)
+        self.k = _count(k, "k", 1)
+        self._tenant = _request_access(None, None, tenant)
         self._names = _names_of(engine.catalog, self._definitions)
 
-    def tools(self, *, keep: Sequence[str] = ()) -> list[dict[str, Any]]:
+    def tools(self, *, keep: _Sequence[str] = ()) -> list[dict[str, _Any]]:
         """The tool list to send: the host's tools deferred (but ``keep``), then the search
         tool, which is never deferred."""
         return [*mark_deferred(self.vendor, self._tools, keep=keep), search_tool(self.vendor)]
@@ -92,9 +93,9 @@ class ToolSearch:
         self,
         call: object,
         *,
-        allow: Sequence[str] | None = None,
-        deny: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
+        allow: _Sequence[str] | None = None,
+        deny: _Sequence[str] | None = None,
+    ) -> dict[str, _Any]:
         """The vendor's answer to the model's search ``call``, ranked by the engine.
 
         Args:
@@ -117,7 +118,7 @@ class ToolSearch:
         sent without a query get an answer saying what was expected, never an exception.
         """
         read = read_call(self.vendor, call)
-        access = request_access(allow, deny, self._tenant)
+        access = _request_access(allow, deny, self._tenant)
         if read.query is None:
             return _answer(read, (), ())
         wanted = min(self.k, read.limit or self.k)
@@ -125,19 +126,19 @@ class ToolSearch:
         names = [self._names[tool_id] for tool_id in found]
         return _answer(read, names, [self._definitions[name] for name in names])
 
-    async def _ranked(self, query: str, wanted: int, access: ToolAccess) -> tuple[str, ...]:
+    async def _ranked(self, query: str, wanted: int, access: _ToolAccess) -> tuple[str, ...]:
         # Only tools the host's list has can be loaded: narrowing to them before recall keeps
         # the answer full (k of them), not k of the catalogue with the unloadable dropped.
-        listed = access.narrowed(ToolAccess(allow=self._names)) if self._partial() else access
+        listed = access.narrowed(_ToolAccess(allow=self._names)) if self._partial() else access
         try:
             selection = await self._engine.select(
                 query,
-                policy=Policy(max_tools=wanted, threshold=None, adaptive=False),
+                policy=_Policy(max_tools=wanted, threshold=None, adaptive=False),
                 allow=None if listed.allow is None else sorted(listed.allow),
                 deny=sorted(listed.deny),
             )
             found: tuple[str, ...] = selection.tool_ids
-        except ConfigError:
+        except _ConfigError:
             raise
         except _ENGINE_FAULTS as exc:
             index = self._engine.index
@@ -151,7 +152,7 @@ class ToolSearch:
         return len(self._names) < len(self._engine.index.catalog)
 
 
-def _names_of(catalog: Catalog, definitions: Mapping[str, Any]) -> dict[str, str]:
+def _names_of(catalog: _Catalog, definitions: _Mapping[str, _Any]) -> dict[str, str]:
     """Tool id → the name the host's list gives it, for the tools the list has."""
     by_name: dict[str, list[str]] = {}
     for tool in catalog:

@@ -20,9 +20,11 @@ import toolroute.config
 import toolroute.decisions
 import toolroute.evaluate
 import toolroute.events
+import toolroute.prompt_cache
 import toolroute.providers
 import toolroute.stores
 import toolroute.testing
+import toolroute.tool_search
 from toolroute._core.public import NoPublicConstructor, is_private_home
 
 PUBLIC = {
@@ -197,6 +199,8 @@ PUBLIC_MODULES = [
     (toolroute.testing, TESTING),
     (toolroute.stores, STORES),
     (toolroute.providers, PROVIDERS),
+    (toolroute.tool_search, {"SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"}),
+    (toolroute.prompt_cache, {"StickyPicks", "permitted_call", "restriction", "same_topic", "stable_order"}),
 ]
 
 

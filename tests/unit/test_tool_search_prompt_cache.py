@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute import ConfigError
+from toolroute import Catalog, ConfigError, Tool
+from toolroute._core.select.prompt_cache import _grouping
 from toolroute.prompt_cache import (
     StickyPicks,
     permitted_call,
@@ -47,6 +48,7 @@ def test_the_restrictions_are_the_recorded_shapes() -> None:
         (lambda: restriction("openai", NAMES, mode="any"), "mode must be 'auto' or 'required'"),
         (lambda: restriction("openai", "get_forecast"), "names must be a list of tool names"),  # type: ignore[arg-type]
         (lambda: StickyPicks(keep_overlap=0), r"keep_overlap must be a number in \(0, 1\]"),
+        (lambda: StickyPicks(max_set=0), "max_set must be an integer of at least 1"),
     ],
 )
 def test_caller_mistakes_are_clear_errors(call: Any, expected: str) -> None:
@@ -65,10 +67,10 @@ def test_sticky_picks_change_only_when_the_topic_does() -> None:
     picks = StickyPicks().advance(["tool_05", "tool_03", "tool_04"], ORDER)
     assert picks.tool_ids == ("tool_03", "tool_04", "tool_05")
     assert picks.changes == 0
-    # Same topic, reordered and with one newcomer: the set (and the restriction) holds.
-    same = picks.advance(["tool_04", "tool_05", "tool_09"], ORDER)
+    # Two of three picks on the topic: the set (and the restriction) holds.
+    same = picks.advance(["tool_09", "tool_05", "tool_04"], ORDER)
     assert same is picks
-    # The best pick is new: the topic changed.
+    # Most picks are new: the topic changed.
     moved = same.advance(["tool_20", "tool_21", "tool_03"], ORDER)
     assert moved.tool_ids == ("tool_03", "tool_20", "tool_21")
     assert moved.changes == 1
@@ -76,29 +78,45 @@ def test_sticky_picks_change_only_when_the_topic_does() -> None:
     assert moved.advance([], ORDER) is moved
 
 
-rankings = st.lists(st.lists(st.sampled_from(ORDER), max_size=6), min_size=1, max_size=25)
+def test_a_topic_is_a_server_and_its_set_is_the_servers_tools() -> None:
+    picks = StickyPicks().advance(["w_1", "m_0", "w_0"], SERVED)
+    assert picks.tool_ids == ("w_0", "w_1", "w_2")  # weather: best pick's server, two picks
+    # A follow-up whose best pick is another server's, but most picks are weather's, stays.
+    assert picks.advance(["m_1", "w_2", "w_0"], SERVED) is picks
+    # A server larger than max_set: the picks themselves.
+    small = StickyPicks(max_set=2).advance(["w_1", "m_0", "w_0"], SERVED)
+    assert small.tool_ids == ("w_0", "w_1", "m_0")
 
 
-@given(rankings, st.floats(min_value=0.05, max_value=1.0))
-def test_the_best_pick_is_always_callable_and_the_set_is_in_catalogue_order(
-    steps: list[list[str]], keep: float
+SERVED = Catalog(
+    [Tool(f"{s}_{i}", f"{s}_{i}", server=s) for s in ("w", "m", "g") for i in range(3)]
+    + [Tool(f"plain_{i}", f"plain_{i}") for i in range(3)]
+)
+rankings = st.lists(st.lists(st.sampled_from(SERVED.ids), max_size=6), min_size=1, max_size=25)
+
+
+@given(rankings, st.floats(min_value=0.05, max_value=1.0), st.integers(1, 5))
+def test_the_set_changes_only_off_topic_and_then_holds_the_best_pick(
+    steps: list[list[str]], keep: float, max_set: int
 ) -> None:
-    picks = StickyPicks(keep_overlap=keep)
+    picks = StickyPicks(keep_overlap=keep, max_set=max_set)
+    bound = 0
+    group = _grouping(SERVED)
     for ranked in steps:
         before = picks
-        picks = picks.advance(ranked, ORDER)
-        if ranked:
-            assert ranked[0] in picks.tool_ids
-        assert list(picks.tool_ids) == sorted(picks.tool_ids, key=ORDER.index)
+        picks = picks.advance(ranked, SERVED)
+        unique = list(dict.fromkeys(ranked))
         changed = picks.tool_ids != before.tool_ids
+        assert list(picks.tool_ids) == sorted(picks.tool_ids, key=SERVED.ids.index)
         assert picks.changes == before.changes + (changed and bool(before.tool_ids))
-        # The set changes only when the step's picks are off the topic it served.
-        if (
-            before.tool_ids
-            and ranked
-            and same_topic(before.tool_ids, list(dict.fromkeys(ranked)), keep)
-        ):
+        if not unique:
+            assert picks is before
+        elif before.tool_ids and same_topic(before.groups, [group(i) for i in unique], keep):
             assert not changed
+        else:  # a new topic: its best pick is callable, and its set is bounded
+            assert unique[0] in picks.tool_ids
+            bound = max(max_set, len(unique))
+        assert len(picks.tool_ids) <= bound
 
 
 @given(st.lists(st.sampled_from(ORDER), unique=True), st.randoms())

@@ -6,8 +6,8 @@ Three pieces, each a pure function:
 - **stable order**: picks listed in catalogue order, never rank order, so the same set
   always renders as the same bytes;
 - **sticky picks** (hysteresis): the set of callable tools changes only when the topic
-  changes: while the best-ranked tool is already in the set and enough of the new picks
-  are too, the set stays as it is;
+  changes: a topic is a group of tools (a server's), and while enough of a step's picks
+  fall in the current topic the set stays as it is;
 - **the restriction** in each vendor's form: OpenAI ``tool_choice`` ``allowed_tools``
   (Responses and Chat Completions), Gemini ``tool_config.function_calling_config``
   ``allowed_function_names``. Anthropic publishes no allow-list (its ``tool_choice`` is
@@ -17,14 +17,17 @@ Three pieces, each a pure function:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from ..catalog.catalog import Catalog
 from ..errors import ConfigError
 
 RESTRICTION_VENDORS = ("openai-responses", "openai", "gemini", "anthropic")
+_SERVER = "\x00server:"  # a group key no tool id can be
 
 
 def stable_order(ids: Iterable[str], order: Sequence[str]) -> tuple[str, ...]:
@@ -41,23 +44,42 @@ def _ratio(value: float) -> float:
     return float(value)
 
 
+def _cap(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_set must be an integer of at least 1, got {value!r}")
+    return value
+
+
 @attrs.frozen(kw_only=True)
 class StickyPicks:
     """The callable set of one conversation in prompt-cache mode.
 
+    A topic is a group of tools: the tools of one server (``Tool.server``), or the tool
+    itself when it has none. A step stays on the current topic while at least
+    ``keep_overlap`` of its picks belong to the current groups; the set then stays as it is.
+    Otherwise the topic changed: the new groups are the best pick's, any group holding two or
+    more of the picks, and every pick without a server; the set becomes their tools (or the
+    picks alone when that would exceed ``max_set``).
+
     Attributes:
         tool_ids: the set, in catalogue order (what the restriction lists).
+        groups: the topic's groups (opaque keys).
         changes: how many times the set changed (its first pick counts as none).
-        keep_overlap: the share of a step's picks that must already be in the set for it to
-            stay (with the best pick in it too).
+        keep_overlap: the share of a step's picks that must belong to the topic for the set
+            to stay.
+        max_set: the most tools a topic's set may hold.
     """
 
     tool_ids: tuple[str, ...] = ()
+    groups: frozenset[str] = frozenset()
     changes: int = 0
     keep_overlap: float = attrs.field(default=0.5, converter=_ratio)
+    max_set: int = attrs.field(default=16, validator=lambda _s, _a, v: _cap(v))
 
-    def advance(self, ranked: Sequence[str], order: Sequence[str]) -> StickyPicks:
-        """The set after a step whose ranking picked ``ranked`` (best first).
+    def advance(self, ranked: Sequence[str], catalog: Catalog | Sequence[str]) -> StickyPicks:
+        """The set after a step whose ranking picked ``ranked`` (best first), in the
+        catalogue the host's tool list follows (its order, and its servers as topics; a
+        plain list of ids orders only).
 
         An empty ranking (nothing to judge, or every tool failed open) keeps the set: a
         step that could not judge is no evidence the topic changed.
@@ -65,21 +87,54 @@ class StickyPicks:
         picks = tuple(dict.fromkeys(ranked))
         if not picks:
             return self
-        if not self.tool_ids:
-            return attrs.evolve(self, tool_ids=stable_order(picks, order))
-        if same_topic(self.tool_ids, picks, self.keep_overlap):
+        group = _grouping(catalog)
+        if self.tool_ids and same_topic(self.groups, [group(i) for i in picks], self.keep_overlap):
             return self
-        return attrs.evolve(self, tool_ids=stable_order(picks, order), changes=self.changes + 1)
+        groups, tool_ids = _topic(picks, catalog, group, self.max_set)
+        if tool_ids == self.tool_ids:
+            return attrs.evolve(self, groups=groups)
+        return attrs.evolve(
+            self, tool_ids=tool_ids, groups=groups, changes=self.changes + bool(self.tool_ids)
+        )
 
 
-def same_topic(current: Sequence[str], picks: Sequence[str], keep_overlap: float) -> bool:
-    """Whether ``picks`` (best first) still belong to the topic ``current`` serves: the best
-    pick is in ``current`` and at least ``keep_overlap`` of the picks are."""
+def same_topic(current: Iterable[str], picked: Sequence[str], keep_overlap: float) -> bool:
+    """Whether a step whose picks fall in the groups ``picked`` (best first) is still on the
+    topic of the groups ``current``: at least ``keep_overlap`` of them are."""
     held = set(current)
-    if not picks or picks[0] not in held:
+    if not picked or not held:
         return False
-    overlap = sum(1 for tool_id in picks if tool_id in held)
-    return overlap >= math.ceil(keep_overlap * len(picks))
+    return sum(1 for g in picked if g in held) >= math.ceil(keep_overlap * len(picked))
+
+
+def _grouping(catalog: Catalog | Sequence[str]) -> Callable[[str], str]:
+    if not isinstance(catalog, Catalog):
+        return lambda tool_id: tool_id
+    servers = {tool.id: tool.server for tool in catalog}
+
+    def group(tool_id: str) -> str:
+        server = servers.get(tool_id)
+        return f"{_SERVER}{server}" if server else tool_id
+
+    return group
+
+
+def _topic(
+    picks: Sequence[str],
+    catalog: Catalog | Sequence[str],
+    group: Callable[[str], str],
+    max_set: int,
+) -> tuple[frozenset[str], tuple[str, ...]]:
+    order = catalog.ids if isinstance(catalog, Catalog) else tuple(catalog)
+    counts = Counter(group(i) for i in picks)
+    # A tool without a server is a group of its own: every such pick joins the topic.
+    groups = frozenset(
+        {group(picks[0]), *(g for g, n in counts.items() if n >= 2 or not g.startswith(_SERVER))}
+    )
+    members = [i for i in order if group(i) in groups]
+    if not members or len(members) > max_set:  # one group too large: the picks themselves
+        return frozenset(group(i) for i in picks), stable_order(picks, order)
+    return groups, stable_order([*members, *(i for i in picks if group(i) in groups)], order)
 
 
 def restriction(vendor: str, names: Sequence[str], *, mode: str = "auto") -> dict[str, Any] | None:

@@ -70,7 +70,7 @@ def test_sticky_picks_change_only_when_the_topic_does() -> None:
     # Two of three picks on the topic: the set (and the restriction) holds.
     same = picks.advance(["tool_09", "tool_05", "tool_04"], ORDER)
     assert same is picks
-    # Most picks are new: the topic changed.
+    # The best pick and most picks are new: the topic changed.
     moved = same.advance(["tool_20", "tool_21", "tool_03"], ORDER)
     assert moved.tool_ids == ("tool_03", "tool_20", "tool_21")
     assert moved.changes == 1
@@ -81,8 +81,12 @@ def test_sticky_picks_change_only_when_the_topic_does() -> None:
 def test_a_topic_is_a_server_and_its_set_is_the_servers_tools() -> None:
     picks = StickyPicks().advance(["w_1", "m_0", "w_0"], SERVED)
     assert picks.tool_ids == ("w_0", "w_1", "w_2")  # weather: best pick's server, two picks
-    # A follow-up whose best pick is another server's, but most picks are weather's, stays.
+    # A follow-up whose best pick is another server's, but most picks are weather's, stays;
+    # so does one whose best pick is weather's among stray picks.
     assert picks.advance(["m_1", "w_2", "w_0"], SERVED) is picks
+    assert picks.advance(["w_2", "m_1", "g_0", "plain_0"], SERVED) is picks
+    # Most picks and the best one elsewhere: the topic changed.
+    assert picks.advance(["g_1", "g_0", "w_0"], SERVED).tool_ids == ("g_0", "g_1", "g_2")
     # A server larger than max_set: the picks themselves.
     small = StickyPicks(max_set=2).advance(["w_1", "m_0", "w_0"], SERVED)
     assert small.tool_ids == ("w_0", "w_1", "m_0")

@@ -6,8 +6,8 @@ Three pieces, each a pure function:
 - **stable order**: picks listed in catalogue order, never rank order, so the same set
   always renders as the same bytes;
 - **sticky picks** (hysteresis): the set of callable tools changes only when the topic
-  changes: a topic is a group of tools (a server's), and while enough of a step's picks
-  fall in the current topic the set stays as it is;
+  changes: a topic is a group of tools (a server's), and while a step's best pick or
+  enough of its picks fall in the current topic the set stays as it is;
 - **the restriction** in each vendor's form: OpenAI ``tool_choice`` ``allowed_tools``
   (Responses and Chat Completions), Gemini ``tool_config.function_calling_config``
   ``allowed_function_names``. Anthropic publishes no allow-list (its ``tool_choice`` is
@@ -55,8 +55,9 @@ class StickyPicks:
     """The callable set of one conversation in prompt-cache mode.
 
     A topic is a group of tools: the tools of one server (``Tool.server``), or the tool
-    itself when it has none. A step stays on the current topic while at least
-    ``keep_overlap`` of its picks belong to the current groups; the set then stays as it is.
+    itself when it has none. A step stays on the current topic while its best pick, or at
+    least ``keep_overlap`` of its picks, belong to the current groups; the set then stays as
+    it is.
     Otherwise the topic changed: the new groups are the best pick's, any group holding two or
     more of the picks, and every pick without a server; the set becomes their tools (or the
     picks alone when that would exceed ``max_set``).
@@ -65,8 +66,8 @@ class StickyPicks:
         tool_ids: the set, in catalogue order (what the restriction lists).
         groups: the topic's groups (opaque keys).
         changes: how many times the set changed (its first pick counts as none).
-        keep_overlap: the share of a step's picks that must belong to the topic for the set
-            to stay.
+        keep_overlap: the share of a step's picks that keeps the set when its best pick
+            left the topic.
         max_set: the most tools a topic's set may hold.
     """
 
@@ -100,10 +101,13 @@ class StickyPicks:
 
 def same_topic(current: Iterable[str], picked: Sequence[str], keep_overlap: float) -> bool:
     """Whether a step whose picks fall in the groups ``picked`` (best first) is still on the
-    topic of the groups ``current``: at least ``keep_overlap`` of them are."""
+    topic of the groups ``current``: its best pick is, or at least ``keep_overlap`` of its
+    picks are. (A follow-up often ranks a few stray tools; its best pick rarely strays.)"""
     held = set(current)
     if not picked or not held:
         return False
+    if picked[0] in held:
+        return True
     return sum(1 for g in picked if g in held) >= math.ceil(keep_overlap * len(picked))
 
 

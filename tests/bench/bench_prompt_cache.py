@@ -2,9 +2,12 @@
 prompt-cache mode, side by side in one run.
 
     python tests/bench/bench_prompt_cache.py [--embedder keyword|minilm|both] [--max-tools 5]
+        [--datasets ../shared/datasets]
 
-The conversation (``tests/fixtures/tool_search/prompt_cache_conversation.json``) runs over the
-demo catalogue: five topics of four steps. Each step selects for the user's message
+Two conversations, five topics of four steps each: ``prompt_cache_conversation.json`` over the
+demo catalogue (its tools have servers: a topic is a server) and the held-out
+``prompt_cache_conversation_saas.json`` over the toolpick SaaS catalogue (no servers: each tool
+is its own group), both in ``tests/fixtures/tool_search/``. Each step selects for the user's message
 (``Engine.select``, ``max_tools`` picks) and renders what the host would send, as OpenAI
 Responses JSON. Counted: how many of the 19 step-to-step transitions change
 
@@ -34,7 +37,8 @@ from toolroute.prompt_cache import StickyPicks, restriction, stable_order
 from toolroute.providers import default_embedder
 
 HERE = Path(__file__).resolve().parent
-CONVERSATION = HERE.parent / "fixtures" / "tool_search" / "prompt_cache_conversation.json"
+FIXTURES = HERE.parent / "fixtures" / "tool_search"
+CONVERSATIONS = ("prompt_cache_conversation.json", "prompt_cache_conversation_saas.json")
 
 
 def rendered(ids: Sequence[str], catalog: Catalog) -> str:
@@ -56,9 +60,16 @@ def changes(blocks: Sequence[str]) -> list[int]:
     return [i for i in range(1, len(blocks)) if blocks[i] != blocks[i - 1]]
 
 
-async def run(label: str, embedder: Any, max_tools: int) -> None:
-    steps = json.loads(CONVERSATION.read_text())["steps"]
-    catalog = Catalog.demo()
+def catalog_of(conversation: dict[str, Any], datasets: Path) -> Catalog:
+    if conversation["catalog"] == "demo":
+        return Catalog.demo()
+    return Catalog.from_file(datasets / conversation["catalog"] / "tools.json", format="plain")
+
+
+async def run(label: str, embedder: Any, max_tools: int, name: str, datasets: Path) -> None:
+    conversation = json.loads((FIXTURES / name).read_text())
+    steps = conversation["steps"]
+    catalog = catalog_of(conversation, datasets)
     config = EngineConfig(
         cache=False, warmup=WarmupConfig(wait=True), deadlines=Deadlines(embed_s=5.0)
     )
@@ -87,7 +98,8 @@ async def run(label: str, embedder: Any, max_tools: int) -> None:
             choice = restriction("openai-responses", picks.tool_ids)
             blocks["prompt-cache mode: allowed_tools"].append(json.dumps(choice))
     seen = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-    print(f"{label}: {len(steps)} steps, {len(boundaries)} topic changes, max_tools={max_tools}")
+    print(f"{name} ({conversation['catalog']}, {len(catalog)} tools), {label}:")
+    print(f"  {len(steps)} steps, {len(boundaries)} topic changes, max_tools={max_tools}")
     print(f"  selections: {seen}")
     for name, values in blocks.items():
         changed = changes(values)
@@ -102,13 +114,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedder", choices=("keyword", "minilm", "both"), default="both")
     parser.add_argument("--max-tools", type=int, default=5)
+    parser.add_argument("--datasets", default=str(HERE.parents[2] / "shared" / "datasets"))
     args = parser.parse_args()
-    if args.embedder in ("keyword", "both"):
-        trio.run(run, "keyword recall", None, args.max_tools)
-    if args.embedder in ("minilm", "both"):
-        trio.run(
-            run, "minilm recall (the default offline model)", default_embedder(), args.max_tools
-        )
+    datasets = Path(args.datasets)
+    for name in CONVERSATIONS:
+        if args.embedder in ("keyword", "both"):
+            trio.run(run, "keyword recall", None, args.max_tools, name, datasets)
+        if args.embedder in ("minilm", "both"):
+            model = default_embedder()
+            trio.run(
+                run, "minilm recall (the default model)", model, args.max_tools, name, datasets
+            )
 
 
 if __name__ == "__main__":

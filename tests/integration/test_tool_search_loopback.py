@@ -4,6 +4,7 @@ the vendor loads are the ones ``Engine.select`` ranks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from loopback.tool_search_vendor import SEARCH_TOOL, serve_tool_search
 
+import toolroute.asyncio
 from toolroute import Catalog, EngineConfig, Policy, open_engine
 from toolroute.tool_search import ToolSearch
 
@@ -127,3 +129,22 @@ async def test_the_vendor_refuses_a_reference_to_a_tool_it_was_not_sent() -> Non
             second = await client.post(vendor.url("/v1/messages"), json=body)
     assert second.status_code == 400
     assert "not a deferred tool" in second.json()["error"]["message"]
+
+
+def test_an_asyncio_host_answers_with_the_same_backend() -> None:
+    async def main() -> tuple[dict[str, Any], list[str]]:
+        async with toolroute.asyncio.open_engine(
+            CATALOG, config=EngineConfig(cache=False), embedder=None
+        ) as engine:
+            search = ToolSearch(engine, "openai", host_tools("openai"), k=3)
+            call = {
+                "type": "tool_search_call",
+                "call_id": "c1",
+                "execution": "client",
+                "arguments": {"query": REQUESTS[0]},
+            }
+            return await search.answer(call), await ranked(engine, REQUESTS[0], 3)
+
+    output, expected = asyncio.run(main())
+    assert [tool["name"] for tool in output["tools"]] == expected
+    assert output["call_id"] == "c1"

@@ -19,6 +19,7 @@ For OpenAI the call is the ``tool_search_call`` output item and the answer the
 ``tool_search_output`` item; append both to the next request's ``input``.
 """
 
+import copy as _copy
 from collections.abc import Mapping as _Mapping
 from collections.abc import Sequence as _Sequence
 from typing import Any as _Any
@@ -59,6 +60,8 @@ class ToolSearch:
             if this list has it, by id or, when unambiguous, by name: the vendor can load
             nothing else.
         k: how many tools an answer names, unless the model asks for fewer.
+        keep: names of tools to send loaded (not deferred); an answer never names them,
+            since the model already has them.
         tenant: the tenant's ``ToolAccess``; a tool it keeps out is never found.
 
     Raises:
@@ -73,21 +76,28 @@ class ToolSearch:
         tools: _Sequence[_Mapping[str, _Any]],
         *,
         k: int = 5,
+        keep: _Sequence[str] = (),
         tenant: _ToolAccess | None = None,
     ) -> None:
         self._engine = engine
         self.vendor = _check_vendor(vendor)
-        self._tools = list(tools)
+        self._keep = tuple(keep)
+        self._tools = mark_deferred(self.vendor, tools, keep=self._keep)
         # Found tools are answered as the request lists them, deferred: the vendor compares.
-        self._definitions = _definitions_by_name(self.vendor, mark_deferred(self.vendor, tools))
+        self._definitions = {
+            name: definition
+            for name, definition in _definitions_by_name(self.vendor, self._tools).items()
+            if name not in self._keep
+        }
         self.k = _count(k, "k", 1)
         self._tenant = _request_access(None, None, tenant)
         self._names = _names_of(engine.catalog, self._definitions)
 
-    def tools(self, *, keep: _Sequence[str] = ()) -> list[dict[str, _Any]]:
+    def tools(self) -> list[dict[str, _Any]]:
         """The tool list to send: the host's tools deferred (but ``keep``), then the search
-        tool, which is never deferred."""
-        return [*mark_deferred(self.vendor, self._tools, keep=keep), search_tool(self.vendor)]
+        tool, which is never deferred. The same list on every request, so the vendor's
+        prompt cache holds."""
+        return [*_copy.deepcopy(self._tools), search_tool(self.vendor)]
 
     async def answer(
         self,

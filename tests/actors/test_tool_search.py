@@ -165,6 +165,19 @@ async def test_only_tools_the_host_listed_are_answered_and_k_of_them() -> None:
     assert all(name in listed for name in names)
 
 
+async def test_kept_tools_are_sent_loaded_and_never_answered() -> None:
+    async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
+        tools = host_tools("anthropic", DEMO)
+        search = ToolSearch(engine, "anthropic", tools, k=3, keep=["get_forecast"])
+        sent = {t["name"]: t for t in search.tools()}
+        names = found("anthropic", await search.answer(call("anthropic", "weather forecast")))
+    assert "defer_loading" not in sent["get_forecast"]
+    assert sent["get_alerts"]["defer_loading"] is True
+    assert "defer_loading" not in sent["search_tools"]
+    assert len(names) == 3
+    assert "get_forecast" not in names
+
+
 async def test_names_are_matched_by_id_or_by_an_unambiguous_name() -> None:
     # The demo has two tools named "search" (gmail__search, web__search): a host list naming
     # "search" cannot say which, so it is not answered; "search_news" is unambiguous.

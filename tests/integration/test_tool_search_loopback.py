@@ -148,3 +148,35 @@ def test_an_asyncio_host_answers_with_the_same_backend() -> None:
     output, expected = asyncio.run(main())
     assert [tool["name"] for tool in output["tools"]] == expected
     assert output["call_id"] == "c1"
+
+
+async def test_openai_namespace_members_load_inside_their_namespace() -> None:
+    # The host groups the demo's tools by server: found members come back in their
+    # namespace, one item per namespace, and the vendor loads exactly the ranked tools.
+    servers: dict[str, list[dict[str, Any]]] = {}
+    for tool in host_tools("openai"):
+        servers.setdefault(str(CATALOG[tool["name"]].server), []).append(tool)
+    tools = [
+        {"type": "namespace", "name": name, "description": f"{name} tools", "tools": members}
+        for name, members in servers.items()
+    ]
+    request_text = "Find the email from my landlord and search the web for the deposit rules"
+    async with open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine:
+        search = ToolSearch(engine, "openai", tools, k=4)
+        body = {
+            "model": "gpt-5.4",
+            "tools": search.tools(),
+            "input": [{"role": "user", "content": request_text}],
+        }
+        with serve_tool_search() as vendor:
+            async with httpx.AsyncClient(timeout=5.0, verify=False) as client:
+                first = (await client.post(vendor.url("/v1/responses"), json=body)).json()
+                call = first["output"][0]
+                output = await search.answer(call)
+                body["input"] += [call, output]
+                second = await client.post(vendor.url("/v1/responses"), json=body)
+        expected = await ranked(engine, request_text, 4)
+    assert second.status_code == 200, vendor.seen.errors
+    namespaces = [item["name"] for item in output["tools"]]
+    assert len(namespaces) == len(set(namespaces))  # one item per namespace
+    assert sorted(vendor.seen.loaded[0]) == sorted(expected)

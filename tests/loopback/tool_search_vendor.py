@@ -155,9 +155,16 @@ def _openai_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
     searches = [t for t in tools if t.get("type") == "tool_search"]
     if len(searches) != 1 or searches[0].get("execution") != "client":
         raise Refused("expected exactly one tool_search tool with execution 'client'")
+    # Deferred functions by (namespace, name): top-level ones under None.
     deferred = {
-        t["name"]: t for t in tools if t.get("type") == "function" and t.get("defer_loading")
+        (None, t["name"]): t
+        for t in tools
+        if t.get("type") == "function" and t.get("defer_loading")
     }
+    for namespace in (t for t in tools if t.get("type") == "namespace"):
+        for member in namespace.get("tools", []):
+            if member.get("defer_loading"):
+                deferred[(namespace["name"], member["name"])] = member
     items = payload["input"]
     last = items[-1]
     if last.get("role") == "user":  # turn 1
@@ -185,12 +192,17 @@ def _openai_turn(payload: Mapping[str, Any], seen: Seen) -> dict[str, Any]:
         if item.get("execution") != "client":
             raise Refused("a client search's output must keep execution 'client'")
         for tool in item["tools"]:
-            name = tool.get("name")
-            if tool.get("type") != "function" or name not in deferred:
-                raise Refused(f"tool_search_output loads {name!r}, not a deferred function")
-            if tool != deferred[name]:
-                raise Refused(f"tool_search_output changes the definition of {name!r}")
-            found.append(name)
+            if tool.get("type") == "namespace":
+                loaded = [(tool.get("name"), member) for member in tool.get("tools", [])]
+            else:
+                loaded = [(None, tool)]
+            for namespace, member in loaded:
+                key = (namespace, member.get("name"))
+                if member.get("type") != "function" or key not in deferred:
+                    raise Refused(f"tool_search_output loads {key}, not a deferred function")
+                if member != deferred[key]:
+                    raise Refused(f"tool_search_output changes the definition of {key}")
+                found.append(member["name"])
     seen.loaded.append(found)
     if not found:
         return _openai_reply(

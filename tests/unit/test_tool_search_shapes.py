@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from toolroute import ConfigError
-from toolroute._core.select.vendor_search import NO_QUERY, NOTHING_FOUND, answer
+from toolroute._core.select.vendor_search import (
+    NO_QUERY,
+    NOTHING_FOUND,
+    answer,
+    definitions_by_name,
+)
 from toolroute.tool_search import mark_deferred, read_call, search_tool
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "tool_search"
@@ -164,3 +169,39 @@ def test_mark_deferred_refuses_what_is_not_a_tool_list() -> None:
         mark_deferred("openai", "tools")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="tool 1: expected a tool object, got int"):
         mark_deferred("openai", [{"type": "function", "name": "a"}, 3])  # type: ignore[list-item]
+
+
+def test_namespace_members_are_answered_in_one_item_per_namespace() -> None:
+    tools = [
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "CRM",
+            "tools": [
+                {"type": "function", "name": "get_customer"},
+                {"type": "function", "name": "list_orders"},
+            ],
+        },
+        {"type": "function", "name": "get_invoice"},
+    ]
+    definitions = definitions_by_name("openai", mark_deferred("openai", tools))
+    call = read_call(
+        "openai", {"type": "tool_search_call", "call_id": "c", "arguments": {"query": "q"}}
+    )
+    names = ["list_orders", "get_invoice", "get_customer"]  # rank order
+    output = answer(call, names, [definitions[n] for n in names])
+    assert output["tools"] == [
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "CRM",
+            "tools": [
+                {"type": "function", "name": "list_orders", "defer_loading": True},
+                {"type": "function", "name": "get_customer", "defer_loading": True},
+            ],
+        },
+        {"type": "function", "name": "get_invoice", "defer_loading": True},
+    ]
+    assert definitions["get_customer"]["tools"] == [  # the answer did not grow the source
+        {"type": "function", "name": "get_customer", "defer_loading": True}
+    ]

@@ -139,8 +139,24 @@ def answer(
         "call_id": call.call_id,
         "execution": "client",
         "status": "completed",
-        "tools": [_loaded(definition) for definition in definitions],
+        "tools": _merged_namespaces([_loaded(definition) for definition in definitions]),
     }
+
+
+def _merged_namespaces(definitions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One namespace item per namespace, its found members in rank order, where its first
+    member ranked."""
+    merged: list[dict[str, Any]] = []
+    namespaces: dict[str, dict[str, Any]] = {}
+    for definition in definitions:
+        if definition.get("type") != "namespace":
+            merged.append(definition)
+        elif (name := str(definition.get("name"))) in namespaces:
+            namespaces[name]["tools"].extend(definition["tools"])
+        else:
+            namespaces[name] = definition
+            merged.append(definition)
+    return merged
 
 
 def mark_deferred(
@@ -175,8 +191,8 @@ def mark_deferred(
 def definitions_by_name(
     vendor: str, tools: Sequence[Mapping[str, Any]]
 ) -> dict[str, dict[str, Any]]:
-    """The host's function tools by the name the model calls them (OpenAI namespace members
-    by their own name), search tools left out.
+    """The host's function tools by the name the model calls them, search tools left out;
+    an OpenAI namespace member by its own name, as its namespace holding only it.
 
     Raises:
         ConfigError: as ``mark_deferred``.
@@ -185,9 +201,12 @@ def definitions_by_name(
     found: dict[str, dict[str, Any]] = {}
     for index, tool in enumerate(_tool_list(tools)):
         if vendor == "openai" and tool.get("type") == "namespace":
+            # A member loads inside its namespace: the output item is the namespace with
+            # the members found (openai-agents reads namespaces back from tool_search_output).
+            shell = {k: v for k, v in tool.items() if k != "tools"}
             for member in tool.get("tools", []):
                 if isinstance(member, Mapping) and isinstance(member.get("name"), str):
-                    found[member["name"]] = dict(member)
+                    found[member["name"]] = {**shell, "tools": [dict(member)]}
         elif _is_function(vendor, tool, index) and tool.get("name") != NAME:
             found[str(tool["name"])] = dict(tool)
     return found

@@ -64,6 +64,8 @@ class ToolSearch:
             since the model already has them.
         tenant: the tenant's ``ToolAccess``; a tool it keeps out is never found.
 
+    Build one per tool list: the list's names are matched to the catalogue's tools once.
+
     Raises:
         ConfigError: an unknown vendor, ``tools`` is not a list of tool objects, ``k`` is
             not a positive integer, or ``tenant`` is not a ``ToolAccess``.
@@ -91,7 +93,8 @@ class ToolSearch:
         }
         self.k = _count(k, "k", 1)
         self._tenant = _request_access(None, None, tenant)
-        self._names = _names_of(engine.catalog, self._definitions)
+        self._names = _names_of(engine.catalog, self._definitions, engine.dedup.providers)
+        self._coverage: tuple[_Catalog, bool] | None = None
 
     def tools(self) -> list[dict[str, _Any]]:
         """The tool list to send: the host's tools deferred (but ``keep``), then the search
@@ -159,11 +162,24 @@ class ToolSearch:
         return tuple(i for i in found if i in self._names and listed.permits(i))[:wanted]
 
     def _partial(self) -> bool:
-        return len(self._names) < len(self._engine.index.catalog)
+        """Whether some served tool is missing from the host's list (the served catalogue
+        changes with ``Engine.update``; the answer is kept per snapshot)."""
+        served = self._engine.index.catalog
+        if self._coverage is None or self._coverage[0] is not served:
+            self._coverage = (served, any(i not in self._names for i in served.ids))
+        return self._coverage[1]
 
 
-def _names_of(catalog: _Catalog, definitions: _Mapping[str, _Any]) -> dict[str, str]:
-    """Tool id → the name the host's list gives it, for the tools the list has."""
+def _names_of(
+    catalog: _Catalog,
+    definitions: _Mapping[str, _Any],
+    providers: _Mapping[str, _Sequence[str]],
+) -> dict[str, str]:
+    """Tool id → the name the host's list gives it, for the tools the list has.
+
+    A served representative of duplicates the list lacks answers as a duplicate the list
+    has: dedup must not make a listed tool unfindable.
+    """
     by_name: dict[str, list[str]] = {}
     for tool in catalog:
         by_name.setdefault(tool.name, []).append(tool.id)
@@ -173,6 +189,11 @@ def _names_of(catalog: _Catalog, definitions: _Mapping[str, _Any]) -> dict[str, 
             names[name] = name
         elif len(by_name.get(name, ())) == 1:
             names[by_name[name][0]] = name
+    for leader, members in providers.items():
+        if leader not in names:
+            listed = next((names[m] for m in members if m in names), None)
+            if listed is not None:
+                names[leader] = listed
     return names
 
 

@@ -95,7 +95,8 @@ class FailingEngine:
     """An engine whose selection fails as a crashed service does; its snapshot stays."""
 
     def __init__(self, engine: Any, error: BaseException) -> None:
-        self.catalog, self.index, self.error = engine.catalog, engine.index, error
+        self.catalog, self.index, self.dedup = engine.catalog, engine.index, engine.dedup
+        self.error = error
         self.selects = 0
 
     async def select(self, query: str, **options: Any) -> Any:
@@ -147,6 +148,24 @@ async def test_a_duplicate_is_found_once_by_its_representative() -> None:
         search = ToolSearch(engine, "anthropic", host_tools("anthropic", twins))
         names = found("anthropic", await search.answer(call("anthropic", "open an issue")))
     assert names.count("github__open_issue") + names.count("gitlab__open_issue") == 1
+
+
+async def test_a_representative_the_host_did_not_list_answers_as_its_listed_twin() -> None:
+    issue = "Open an issue in a repository"
+    twins = Catalog(
+        [
+            Tool("github__open_issue", "open_issue", issue, server="github"),
+            Tool("gitlab__open_issue", "open_issue", issue, server="gitlab"),
+            Tool("get_weather", "get_weather", "Weather forecast for a city"),
+        ]
+    )
+    config = EngineConfig(cache=False, dedup=DedupConfig(enabled=True))
+    async with open_engine(twins, config=config, embedder=None) as engine:
+        assert "gitlab__open_issue" not in engine.index.catalog  # github's is served
+        listed = [t for t in host_tools("openai", twins) if t["name"] != "github__open_issue"]
+        search = ToolSearch(engine, "openai", listed, k=1)
+        names = found("openai", await search.answer(call("openai", "open an issue")))
+    assert names == ["gitlab__open_issue"]
 
 
 async def test_only_tools_the_host_listed_are_answered_and_k_of_them() -> None:

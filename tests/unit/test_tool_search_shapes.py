@@ -175,6 +175,9 @@ def test_mark_deferred_refuses_what_is_not_a_tool_list() -> None:
         mark_deferred("openai", "tools")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="tool 1: expected a tool object, got int"):
         mark_deferred("openai", [{"type": "function", "name": "a"}, 3])  # type: ignore[list-item]
+    chat = [{"type": "function", "function": {"name": "get_forecast"}}]
+    with pytest.raises(ConfigError, match="got a Chat Completions one"):
+        mark_deferred("openai", chat)
 
 
 def test_namespace_members_are_answered_in_one_item_per_namespace() -> None:

@@ -236,11 +236,15 @@ def _loaded(definition: Mapping[str, Any]) -> dict[str, Any]:
 def _tool_list(tools: object) -> list[Mapping[str, Any]]:
     if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
         raise ConfigError(f"expected a list of tool definitions, got {type(tools).__name__}")
-    wrong = [i for i, tool in enumerate(tools) if not isinstance(tool, Mapping)]
-    if wrong:
-        raise ConfigError(
-            f"tool {wrong[0]}: expected a tool object, got {type(tools[wrong[0]]).__name__}"
-        )
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise ConfigError(f"tool {index}: expected a tool object, got {type(tool).__name__}")
+        if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
+            raise ConfigError(
+                f"tool {index}: expected a Responses API function tool ({{'type': 'function', "
+                "'name', ...}}), got a Chat Completions one (nested 'function'): tool search "
+                "is a Responses API feature"
+            )
     return list(tools)
 
 

@@ -65,7 +65,7 @@ class LiveCatalog:
         if twice:
             raise ConfigError(f"MCP server names must be unique: {', '.join(map(repr, twice))}")
         self._upstreams = {s.name: Upstream(s, config, self._on_change) for s in specs}
-        self._listed: dict[str, tuple[types.Tool, ...]] = {n: () for n in names}
+        self._listed: dict[str, tuple[types.Tool, ...]] = dict.fromkeys(names, ())
         self._catalog = Catalog([])
         self._skipped: dict[str, int] = {}
         self.version = 0

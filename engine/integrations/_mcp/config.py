@@ -118,7 +118,9 @@ def _server(name: str, entry: object) -> McpServerConfig | None:
         raise ConfigError(f"{where}: give 'command' (stdio) or 'url' (HTTP), not both")
     if command is not None or kind in _STDIO_TYPES:
         if not isinstance(command, str) or not command:
-            raise ConfigError(f"{where}: field 'command' must be a non-empty string, got {command!r}")
+            raise ConfigError(
+                f"{where}: field 'command' must be a non-empty string, got {command!r}"
+            )
         return McpServerConfig(
             name=name,
             command=command,

@@ -106,16 +106,16 @@ class Upstream:
         self._changed = changed
         self._client: Client | None = None
         self._came_up = False
+        self._started = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect and stay connected; ``started`` once the first connection listed its tools
         or failed (so a caller can wait for every server's first answer)."""
-        first = True
         failures = 0  # consecutive: a connection that came up starts the count again
         while True:
             self._came_up = False
             try:
-                await self._serve(task_status if first else None)
+                await self._serve(task_status)
                 error = "the server closed the connection"
             except Exception as exc:  # the server's fault, never ours to raise: report it
                 error = describe(exc)
@@ -125,8 +125,8 @@ class Upstream:
             self._set(
                 state="down", error=error, failures=self.status.failures + 1, retry_in_s=pause
             )
-            if first:
-                first = False
+            if not self._started:  # the first connection failed: that is its answer
+                self._started = True
                 task_status.started()
             await trio.sleep(pause)
 
@@ -149,7 +149,7 @@ class Upstream:
             )
         return await client.call_tool(name, arguments, progress_callback=progress)
 
-    async def _serve(self, task_status: trio.TaskStatus[None] | None) -> None:
+    async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
         relist_send, relist_receive = trio.open_memory_channel[None](1)
 
         async def on_message(message: IncomingMessage) -> None:
@@ -175,7 +175,8 @@ class Upstream:
                     connections=self.status.connections + 1,
                     retry_in_s=0.0,
                 )
-                if task_status is not None:
+                if not self._started:
+                    self._started = True
                     task_status.started()
                 nursery.start_soon(self._relist, client, relist_receive)
                 await self._watch(client)  # returns (raises) when the connection is gone
@@ -230,10 +231,9 @@ def _client(spec: McpServerConfig, on_message: Any) -> Client:
             cwd=spec.cwd,
         )
     elif spec.headers:
-        from mcp.client.streamable_http import streamable_http_client
-
         # The SDK's own HTTP client, configured only for the headers the config names.
         import httpx2
+        from mcp.client.streamable_http import streamable_http_client
 
         server = streamable_http_client(
             spec.url or "", http_client=httpx2.AsyncClient(headers=dict(spec.headers))

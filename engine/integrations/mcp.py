@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import mcp_types as types
 import trio
 
-from .._core.catalog.catalog import Catalog
+from .._core.catalog.catalog import Catalog, Tool
 from .._core.errors import CatalogError, ConfigError
 from .._core.public import publish as _publish
 from ._mcp.config import McpServerConfig, read_mcp_config
@@ -68,6 +68,7 @@ class LiveCatalog:
         self._listed: dict[str, tuple[types.Tool, ...]] = dict.fromkeys(names, ())
         self._catalog = Catalog([])
         self._skipped: dict[str, int] = {}
+        self._definitions: dict[tuple[str, str], types.Tool] = {}
         self.version = 0
         self._changed = trio.Event()
         self._followers: list[CatalogFollower] = []
@@ -86,6 +87,17 @@ class LiveCatalog:
     def skipped(self) -> Mapping[str, int]:
         """Per server, how many listed tools could not be read (and are not served)."""
         return dict(self._skipped)
+
+    def definition(self, tool_id: str) -> types.Tool:
+        """The tool as its server listed it (``outputSchema``, ``annotations``, ``_meta``
+        included), by catalogue id.
+
+        Raises:
+            CatalogError: no tool has that id.
+        """
+        tool = self._tool(tool_id)
+        assert tool.server is not None  # every tool read here has its server
+        return self._definitions[tool.server, tool.name]
 
     def follow(self, engine: CatalogFollower) -> None:
         """Hand ``engine`` every new catalogue from now on (``engine.replace_catalog``),
@@ -126,15 +138,18 @@ class LiveCatalog:
             McpServerUnavailable: the owning server is down.
             mcp.MCPError: the server answered with a protocol error, or the connection broke.
         """
+        tool = self._tool(tool_id)
+        assert tool.server is not None  # every tool read here has its server
+        return await self._upstreams[tool.server].call_tool(tool.name, arguments, progress)
+
+    def _tool(self, tool_id: str) -> Tool:
         try:
-            tool = self._catalog[tool_id]
+            return self._catalog[tool_id]
         except KeyError:
             raise CatalogError(
                 f"no tool with id {tool_id!r} on the configured MCP servers "
                 f"({len(self._catalog)} tools known)"
             ) from None
-        assert tool.server is not None  # every tool read here has its server
-        return await self._upstreams[tool.server].call_tool(tool.name, arguments, progress)
 
     async def _run_followers(self) -> None:
         given: dict[int, int] = {}  # id(engine) -> the version it was last handed
@@ -160,6 +175,9 @@ class LiveCatalog:
         if any(current[n] is not self._listed[n] for n in current):
             self._listed = current
             self._catalog, self._skipped = _read(current)
+            self._definitions = {
+                (name, tool.name): tool for name, tools in current.items() for tool in tools
+            }
             self.version += 1
         self._wake()
 

@@ -148,9 +148,7 @@ def search_reply(
         if tool_id in served
     ]
     how = (
-        "They are now in your tool list; call them directly"
-        if listed
-        else "Call them directly"
+        "They are now in your tool list; call them directly" if listed else "Call them directly"
     ) + f", or with {CALL}(name=..., arguments=...)."
     payload: dict[str, Any] = {"tools": tools, "hint": how}
     if failed_open:

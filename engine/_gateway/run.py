@@ -67,7 +67,7 @@ async def serve_http(
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
-    app = gateway.server.streamable_http_app(host=host)
+    app: Any = gateway.server.streamable_http_app(host=host)  # an ASGI app, as hypercorn takes
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None  # stdout and stderr stay the operator's

@@ -45,7 +45,7 @@ from .listing import (
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
-    from mcp.server.lowlevel.server import InitializationOptions
+    from mcp.server.models import InitializationOptions
     from mcp.server.session import ServerSession
 
     from .._runtime.facade import Engine

@@ -98,7 +98,7 @@ async def test_list_changed_reaches_the_engine_and_calls_forward_results_errors_
         assert failed.is_error
         steps: list[float] = []
 
-        def progress(done: float, total: float | None, message: str | None) -> None:
+        async def progress(done: float, total: float | None, message: str | None) -> None:
             steps.append(done)
 
         counted = await live.call_tool("count_slowly", {"n": 3}, progress=progress)

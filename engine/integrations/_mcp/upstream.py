@@ -22,6 +22,7 @@ import mcp_types as types
 import trio
 from mcp import Client, StdioServerParameters
 from mcp.client.session import IncomingMessage
+from mcp.shared.dispatcher import ProgressFnT
 
 from ..._core.errors import ToolrouteError
 from ..._core.validators import is_number, rule
@@ -134,7 +135,7 @@ class Upstream:
         self,
         name: str,
         arguments: dict[str, Any] | None,
-        progress: Callable[[float, float | None, str | None], Any] | None = None,
+        progress: ProgressFnT | None = None,
     ) -> types.CallToolResult:
         """Forward a ``tools/call`` to the server, its result (errors included) as it came.
 

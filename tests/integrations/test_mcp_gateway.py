@@ -205,3 +205,18 @@ def test_activations_keep_the_newest_within_the_limit_in_catalogue_order() -> No
     assert active.listing("c2", served) == ()
     assert active.show_everything("c2")
     assert active.listing("c2", served) == served.ids
+
+
+def test_the_command_reports_a_malformed_config_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolroute._cli.main import main
+
+    config = tmp_path / "servers.json"
+    config.write_text('{"mcpServers": {"time": {"command": ["uvx"]}}}')
+    assert main(["mcp", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert error.strip() == (
+        "toolroute: error: MCP server 'time': field 'command' must be a non-empty string, "
+        "got ['uvx']"
+    )

@@ -218,3 +218,21 @@ def test_client_configs_are_read_unchanged(tmp_path: Path) -> None:
     assert vscode[0].transport == "stdio"
     assert read_mcp_config(os.fspath(claude)) == (time_server, remote)
     assert isinstance(Catalog([]), Catalog)
+
+
+def test_a_listing_with_a_name_twice_or_a_malformed_tool_serves_the_rest() -> None:
+    import mcp_types as types
+
+    from toolroute.integrations._mcp.live import _read
+
+    def tool(name: str, description: str = "d") -> types.Tool:
+        return types.Tool(name=name, description=description, input_schema={"type": "object"})
+
+    listed = {
+        "a": (tool("x", "first"), tool("y"), tool("x", "second"), tool("  ")),
+        "b": (tool("x"),),
+    }
+    catalog, skipped = _read(listed)
+    assert catalog.ids == ("a__x", "y", "b__x")
+    assert catalog["a__x"].description == "first"
+    assert skipped == {"a": 2}

@@ -135,7 +135,7 @@ class LiveCatalog:
     async def _run_followers(self) -> None:
         given: dict[int, int] = {}  # id(engine) -> the version it was last handed
         while True:
-            self._changed = trio.Event() if self._changed.is_set() else self._changed
+            changed = self._changed  # a change while we hand out sets it: we look again
             for engine in list(self._followers):
                 if given.get(id(engine)) == self.version:
                     continue
@@ -148,8 +148,7 @@ class LiveCatalog:
                 except trio.BrokenResourceError:  # its keeper restarts: try at the next change
                     continue
                 given[id(engine)] = version
-            if all(given.get(id(e)) == self.version for e in self._followers):
-                await self._changed.wait()
+            await changed.wait()
 
     def _on_change(self) -> None:
         current = {name: u.tools for name, u in self._upstreams.items()}
@@ -163,7 +162,9 @@ class LiveCatalog:
         self._wake()
 
     def _wake(self) -> None:
+        # A pulse: who waits now wakes; who waits from now on waits for the next change.
         self._changed.set()
+        self._changed = trio.Event()
 
 
 def _read(listed: Mapping[str, tuple[types.Tool, ...]]) -> tuple[Catalog, dict[str, int]]:
@@ -172,12 +173,17 @@ def _read(listed: Mapping[str, tuple[types.Tool, ...]]) -> tuple[Catalog, dict[s
     readable: dict[str, list[types.Tool]] = {}
     skipped: dict[str, int] = {}
     for name, tools in listed.items():
+        first: dict[str, types.Tool] = {}
+        for tool in tools:
+            first.setdefault(tool.name, tool)  # a name listed twice: its first definition
+        unique = list(first.values())
         try:
-            Catalog.from_mcp(list(tools), server=name)
-            readable[name] = list(tools)
+            Catalog.from_mcp(unique, server=name)
+            good = unique
         except CatalogError:
-            good = [t for t in tools if _readable(t, name)]
-            readable[name] = good
+            good = [t for t in unique if _readable(t, name)]
+        readable[name] = good
+        if len(good) < len(tools):  # a name listed twice, or a malformed definition
             skipped[name] = len(tools) - len(good)
     return Catalog.from_mcp_servers(readable), skipped
 

@@ -21,6 +21,7 @@ from mcp_support import fixture_entry, installed
 from toolroute import EngineConfig
 from toolroute._gateway.listing import Activations
 from toolroute._gateway.run import open_gateway, serve_http
+from toolroute.config import DedupConfig
 from toolroute.integrations.mcp import McpConfig
 
 WAIT = 30
@@ -140,9 +141,12 @@ class BrokenSearch:
 
 
 async def test_bad_arguments_are_errors_and_when_search_fails_every_tool_is_listed() -> None:
-    servers = {"mcpServers": {"fx": fixture_entry("--tools", "3")}}
+    servers = {
+        "mcpServers": {"fx": fixture_entry("--tools", "3"), "copy": fixture_entry("--tools", "3")}
+    }
+    dedup = EngineConfig(cache=False, dedup=DedupConfig(enabled=True))
     async with open_gateway(
-        servers, engine_config=EngineConfig(cache=False), embedder=None, mcp_config=QUICK
+        servers, engine_config=dedup, embedder=None, mcp_config=QUICK
     ) as gateway:
         host = Host()
         async with Client(gateway.server, mode="legacy", message_handler=host.on_message) as client:
@@ -162,8 +166,14 @@ async def test_bad_arguments_are_errors_and_when_search_fails_every_tool_is_list
             assert "unavailable" in json.loads(text(found))["hint"]
             await host.next_list_changed()
             listing = names(await client.list_tools())
-            assert set(gateway.live.catalog.ids) <= set(listing)
-            echoed = await client.call_tool("echo", {"text": "still here"})
+            # every tool once: the copy server's duplicates are folded into fx's
+            assert listing == ["search_tools", "call_tool", *gateway.served.ids]
+            assert len(gateway.served) == 9
+            assert len(gateway.live.catalog) == 18
+            assert "fx__echo" in listing
+            assert "copy__echo" not in listing
+            # ... and still reachable by name
+            echoed = await client.call_tool("copy__echo", {"text": "still here"})
             assert text(echoed) == "still here"
 
 

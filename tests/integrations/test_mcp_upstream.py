@@ -95,7 +95,9 @@ async def test_reconnection_pauses_double_up_to_the_cap_and_reset_after_a_good_c
         assert upstream.status.state == "down"
         assert upstream.status.retry_in_s == 1.0  # it had come up: the count starts again
         assert [t.name for t in upstream.tools] == ["only"]  # last known tools kept
-        await trio.sleep(1.0 + 0.01)  # the pause, then the next connection comes up
+        await trio.sleep(1.0 + 0.01)  # the pause; this reconnection fails
+        assert (upstream.status.state, upstream.status.retry_in_s) == ("down", 2.0)
+        await trio.sleep(2.0 + 0.01)  # the next one comes up
         assert upstream.status.state == "up"
         assert upstream.status.connections == 2
         assert upstream.status.failures == 6

@@ -15,6 +15,9 @@ Prints one JSON line per measurement:
 - ``forwarded_call``: one ``echo`` call straight to the fixture server over stdio, and one
   through a ``toolroute mcp`` gateway process over stdio, alternated in one run; the
   difference of the p50s is what the gateway adds. Target: ≤ 2 ms.
+- ``gateway_in_process``: the same upstream call made by the live catalogue and through the
+  gateway's server (SDK client in-process), alternated: the gateway's own handling without
+  the extra process hop.
 
 The figures move with the machine's load; compare runs made side by side.
 """
@@ -159,11 +162,48 @@ async def bench_forwarded_call(rounds: int) -> dict[str, Any]:
     }
 
 
+async def bench_gateway_in_process(rounds: int) -> dict[str, Any]:
+    """What the gateway's own handling adds, without the extra process hop: the same
+    upstream call made by the live catalogue, and through the gateway's server by the SDK
+    client connected in-process, alternated."""
+    samples: dict[str, list[float]] = {"live_catalog": [], "through_gateway": []}
+    async with (
+        open_gateway(
+            {"mcpServers": {"fx": fixture(0)}},
+            engine_config=EngineConfig(cache=False),
+            embedder=None,
+        ) as gateway,
+        Client(gateway.server, mode="legacy") as client,
+    ):
+        await client.call_tool("search_tools", {"query": "echo the text back"})
+        await client.list_tools()
+        calls = {
+            "live_catalog": lambda: gateway.live.call_tool("echo", {"text": "x"}),
+            "through_gateway": lambda: client.call_tool("echo", {"text": "x"}),
+        }
+        for i in range(rounds + 20):
+            for name in sorted(calls, reverse=i % 2 == 1):
+                started = time.perf_counter()
+                await calls[name]()
+                if i >= 20:
+                    samples[name].append((time.perf_counter() - started) * 1000.0)
+    added = statistics.median(samples["through_gateway"]) - statistics.median(
+        samples["live_catalog"]
+    )
+    return {
+        "bench": "gateway_in_process",
+        "live_catalog": percentiles(samples["live_catalog"]),
+        "through_gateway": percentiles(samples["through_gateway"]),
+        "added_p50_ms": round(added, 3),
+    }
+
+
 async def main(args: argparse.Namespace) -> None:
     embedder = embedder_of(args.embedder)
     print(json.dumps(await bench_list_changed(args.list_tools, args.changes, embedder)))
     print(json.dumps(await bench_search_tools(args.tools, args.rounds, embedder)))
     print(json.dumps(await bench_forwarded_call(args.rounds)))
+    print(json.dumps(await bench_gateway_in_process(args.rounds)))
 
 
 if __name__ == "__main__":

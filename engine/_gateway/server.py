@@ -104,7 +104,7 @@ class Gateway:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         connection = _connection(ctx)
-        self._sessions[connection] = ctx.session
+        self._remember(connection, ctx.session)
         served = self.served
         tools = [*OWN_TOOLS]
         for tool_id in self.activations.listing(connection, served):
@@ -135,7 +135,7 @@ class Gateway:
             return error_result(parsed)  # the model's mistake: it can correct the call
         query, count = parsed
         connection = _connection(ctx)
-        self._sessions[connection] = ctx.session
+        self._remember(connection, ctx.session)
         found: tuple[str, ...] = ()
         failure = ""
         try:
@@ -175,6 +175,14 @@ class Gateway:
             return error_result(str(exc))
         except MCPError:
             raise  # the upstream's protocol error, passed on as it came
+
+    def _remember(self, connection: str, session: ServerSession) -> None:
+        """Keep the latest session of ``connection`` to notify it later; as many
+        connections as the activations keep, the least recently seen forgotten first."""
+        self._sessions.pop(connection, None)
+        self._sessions[connection] = session
+        while len(self._sessions) > self.activations.connections:
+            del self._sessions[next(iter(self._sessions))]
 
     async def _notify(self, ctx: ServerRequestContext[Any]) -> None:
         # On this request's stream (streamable HTTP) and on the bus for 2026-07-28 clients.

@@ -162,7 +162,8 @@ class Upstream:
 
         # One scope for the whole connection: its deadline covers start and first listing
         # only (a scope left while the client's nursery is open would corrupt the stack).
-        with trio.CancelScope(deadline=trio.current_time() + self._config.connect_s) as connecting:
+        deadline = trio.current_time() + self._config.connect_s
+        with relist_send, trio.CancelScope(deadline=deadline) as connecting:
             async with _client(self.spec, on_message) as client, trio.open_nursery() as nursery:
                 tools = await list_every_page(client)
                 connecting.deadline = math.inf

@@ -180,7 +180,7 @@ async def test_bad_arguments_are_errors_and_when_search_fails_every_tool_is_list
 # The SDK's streamable-HTTP client leaves its response generators to the garbage collector
 # when its connection is cancelled under trio; nothing of ours to close.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-async def test_the_gateway_serves_streamable_http() -> None:
+async def test_the_gateway_serves_streamable_http_and_2026_clients() -> None:
     servers = {"mcpServers": {"fx": fixture_entry()}}
     async with (
         open_gateway(
@@ -188,6 +188,16 @@ async def test_the_gateway_serves_streamable_http() -> None:
         ) as gateway,
         trio.open_nursery() as nursery,
     ):
+        # A client on the 2026-07-28 protocol learns of the change through its subscription.
+        async with Client(gateway.server) as modern:
+            assert modern.protocol_version == "2026-07-28"
+            async with modern.listen(tools_list_changed=True) as subscription:
+                await modern.call_tool("search_tools", {"query": "echo text back"})
+                with trio.fail_after(WAIT):
+                    event = await subscription.__anext__()
+            assert type(event).__name__ == "ToolsListChanged"
+            assert "echo" in names(await modern.list_tools())
+
         url = await nursery.start(_serving, gateway)
         host = Host()
         async with Client(url, mode="legacy", message_handler=host.on_message) as client:

@@ -129,3 +129,21 @@ def test_the_difference_turns_the_old_catalogue_into_the_new_one(
     assert set(rebuilt.tools) == set(new.tools)
     assert set(removed).isdisjoint(new.ids)
     assert all(old[tool.id] != tool for tool in replaced)
+
+
+def test_the_asyncio_engine_replaces_its_catalogue_too() -> None:
+    import asyncio
+
+    import toolroute.asyncio as toolroute_asyncio
+
+    new = Catalog([*TOOLS, Tool("play_music", "play_music", "Play a song or playlist")])
+
+    async def main() -> tuple[Catalog, tuple[str, ...]]:
+        async with toolroute_asyncio.open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+            await engine.replace_catalog(new)
+            selection = await engine.select("play a song", max_tools=1)
+            return engine.catalog, selection.tool_ids
+
+    catalog, picked = asyncio.run(main())
+    assert catalog == new
+    assert picked == ("play_music",)

@@ -19,7 +19,7 @@ import trio
 from mcp.shared.dispatcher import ProgressFnT
 
 from ..._core.catalog.catalog import Catalog, Tool
-from ..._core.errors import CatalogError, ConfigError
+from ..._core.errors import CatalogError, ConfigError, ToolrouteError
 from .config import McpServerConfig, read_mcp_config
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ from .upstream import (
     McpConfig,
     ServerStatus,
     Upstream,
+    describe,
     statuses,
 )
 
@@ -38,6 +39,8 @@ class LiveCatalog:
 
     Attributes:
         version: grows by one whenever a server's tool list changed.
+        follower_error: why a following engine last refused a catalogue (empty if none
+            did); that engine keeps the catalogue before and gets the next change.
     """
 
     def __init__(self, specs: Sequence[McpServerConfig], config: McpConfig) -> None:
@@ -53,6 +56,8 @@ class LiveCatalog:
         self.version = 0
         self._changed = trio.Event()
         self._followers: list[Engine] = []
+        #: Why a following engine last refused a catalogue (empty if none did).
+        self.follower_error = ""
 
     @property
     def catalog(self) -> Catalog:
@@ -145,7 +150,10 @@ class LiveCatalog:
                 except RuntimeError:  # the engine closed: it follows no more
                     self._followers.remove(engine)
                     continue
-                except trio.BrokenResourceError:  # its keeper restarts: try at the next change
+                except (trio.BrokenResourceError, ToolrouteError) as exc:
+                    # Its keeper restarts, or it refused this catalogue: the engine keeps
+                    # serving the one before, and gets the next change.
+                    self.follower_error = describe(exc)
                     continue
                 given[id(engine)] = version
             await changed.wait()

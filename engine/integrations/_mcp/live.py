@@ -41,6 +41,8 @@ class LiveCatalog:
         version: grows by one whenever a server's tool list changed.
         follower_error: why a following engine last refused a catalogue (empty if none
             did); that engine keeps the catalogue before and gets the next change.
+        read_error: why the servers' latest listings could not be read together (two
+            servers' tools ending with one id); the catalogue before is kept.
     """
 
     def __init__(self, specs: Sequence[McpServerConfig], config: McpConfig) -> None:
@@ -58,6 +60,9 @@ class LiveCatalog:
         self._followers: list[Engine] = []
         #: Why a following engine last refused a catalogue (empty if none did).
         self.follower_error = ""
+        #: Why the servers' latest listings could not be read together (the catalogue
+        #: before is kept); empty when they could.
+        self.read_error = ""
 
     @property
     def catalog(self) -> Catalog:
@@ -162,11 +167,18 @@ class LiveCatalog:
         current = {name: u.tools for name, u in self._upstreams.items()}
         if any(current[n] is not self._listed[n] for n in current):
             self._listed = current
-            self._catalog, self._skipped = _read(current)
-            self._definitions = {
-                (name, tool.name): tool for name, tools in current.items() for tool in tools
-            }
-            self.version += 1
+            try:
+                self._catalog, self._skipped = _read(current)
+            except CatalogError as exc:  # ids that collide across servers: keep the last good
+                self.read_error = str(exc)
+            else:
+                self.read_error = ""
+                definitions: dict[tuple[str, str], types.Tool] = {}
+                for name, tools in current.items():
+                    for tool in tools:  # a name listed twice: its first definition, as read
+                        definitions.setdefault((name, tool.name), tool)
+                self._definitions = definitions
+                self.version += 1
         self._wake()
 
     def _wake(self) -> None:
@@ -178,18 +190,17 @@ class LiveCatalog:
 def _read(listed: Mapping[str, tuple[types.Tool, ...]]) -> tuple[Catalog, dict[str, int]]:
     """The catalogue of every server's tools; a server's unreadable tools (a server's
     fault, not the user's) are left out and counted, the rest still served."""
+    try:  # the common case, read once
+        return Catalog.from_mcp_servers({name: list(tools) for name, tools in listed.items()}), {}
+    except CatalogError:
+        pass
     readable: dict[str, list[types.Tool]] = {}
     skipped: dict[str, int] = {}
     for name, tools in listed.items():
         first: dict[str, types.Tool] = {}
         for tool in tools:
             first.setdefault(tool.name, tool)  # a name listed twice: its first definition
-        unique = list(first.values())
-        try:
-            Catalog.from_mcp(unique, server=name)
-            good = unique
-        except CatalogError:
-            good = [t for t in unique if _readable(t, name)]
+        good = [t for t in first.values() if _readable(t, name)]
         readable[name] = good
         if len(good) < len(tools):  # a name listed twice, or a malformed definition
             skipped[name] = len(tools) - len(good)

@@ -381,6 +381,7 @@ class AsyncioEngine:
     select = _forward(Engine.select)
     prepare_step = _forward(Engine.prepare_step)
     update = _forward(Engine.update)
+    replace_catalog = _forward(Engine.replace_catalog)
     decide = _forward(Engine.decide)
     try_decide = _forward(Engine.try_decide)
     route_servers = _forward(Engine.route_servers)

@@ -113,3 +113,14 @@ def updated_catalog(
     kept = [replacing.get(t.id, t) for t in catalog if t.id not in removed]
     descriptions = {server.id: server.description for server in catalog.servers}
     return Catalog([*kept, *add], server_descriptions=descriptions)
+
+
+def catalog_difference(
+    old: Catalog, new: Catalog
+) -> tuple[tuple[Tool, ...], tuple[str, ...], tuple[Tool, ...]]:
+    """What turns ``old`` into ``new``: the tools added, the ids removed, the tools whose
+    definition changed (same id, any field different), each in catalogue order."""
+    added = tuple(tool for tool in new if tool.id not in old)
+    removed = tuple(tool.id for tool in old if tool.id not in new)
+    replaced = tuple(tool for tool in new if tool.id in old and old[tool.id] != tool)
+    return added, removed, replaced

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
-from .._core.catalog.catalog import Tool
+from .._core.catalog.catalog import Catalog, Tool
 from .._core.config import EngineConfig
 from .._core.events import CatalogUpdated, Event, FailOpen, WarmupFinished, WarmupProgress
 from .._core.recall.index import RecallIndex, brief
@@ -34,7 +34,7 @@ from .._core.select.toolsets import ToolSet
 from .._core.stores import EmbeddingStore, EnrichmentStore
 from .._judge.enrich import enrich_tools
 from .._stores.embedding_cache import embed_with_cache
-from .catalog_changes import dedupe_catalog, served, updated_catalog
+from .catalog_changes import catalog_difference, dedupe_catalog, served, updated_catalog
 from .snapshot import Snapshot
 from .tool_index import served_index
 from .workers import EngineClosing, WorkerCalls
@@ -48,6 +48,10 @@ class Update:
     """Change the catalogue (``Engine.update``); the reply is ``None`` once the new snapshot is
     served, or the exception that stopped the change (a caller's mistake among them).
 
+    ``catalog`` (``Engine.replace_catalog``) is a whole new catalogue: the difference to the
+    catalogue served when the build starts (not when the caller sent it, so two replacements
+    never undo each other) takes the place of ``add``/``remove``/``replace``.
+
     ``scope`` is the caller's: it cancels it when it gives up, which stops the build."""
 
     add: tuple[Tool, ...]
@@ -55,16 +59,19 @@ class Update:
     replace: tuple[Tool, ...]
     scope: trio.CancelScope
     reply: trio.MemorySendChannel[Exception | None]
+    catalog: Catalog | None = None
 
 
 @attrs.frozen(eq=False)
 class Built:
     """From the update child: the snapshot ``update`` makes (``None`` if it failed with
-    ``error`` or its caller gave up)."""
+    ``error``, its caller gave up, or it changes nothing); ``applied`` is the change as made
+    (a whole-catalogue update's difference)."""
 
     update: Update
     snapshot: Snapshot | None
     error: Exception | None
+    applied: Update | None = None
 
 
 @attrs.frozen(eq=False)
@@ -188,10 +195,28 @@ class CatalogKeeper:
             trio.BrokenResourceError: the keeper is not running (the engine closed, or the
                 keeper is restarting); the update was not applied.
         """
+        await self._send_update(tuple(add), tuple(remove), tuple(replace), None)
+
+    async def replace_catalog(self, catalog: Catalog) -> None:
+        """Serve ``catalog`` (see ``Engine.replace_catalog``): the keeper applies its
+        difference to the catalogue it serves, in arrival order with ``update``.
+
+        Raises:
+            trio.BrokenResourceError: as ``update``.
+        """
+        await self._send_update((), (), (), catalog)
+
+    async def _send_update(
+        self,
+        add: tuple[Tool, ...],
+        remove: tuple[str, ...],
+        replace: tuple[Tool, ...],
+        catalog: Catalog | None,
+    ) -> None:
         if self._inbox is None:
             raise trio.BrokenResourceError("the catalogue keeper is not running")
         reply, answer = trio.open_memory_channel[Exception | None](1)
-        message = Update(tuple(add), tuple(remove), tuple(replace), trio.CancelScope(), reply)
+        message = Update(add, remove, replace, trio.CancelScope(), reply, catalog)
         with answer:
             try:
                 await self._inbox.send(message)
@@ -208,15 +233,16 @@ class CatalogKeeper:
     def _finish(self, built: Built) -> None:
         """Serve what an update built, unless its caller gave up first; answer the caller."""
         update = built.update
+        applied = built.applied or update
         with update.reply:
             if built.snapshot is not None and _caller_waits(update.reply):
                 self.snapshot = built.snapshot
                 self._version += 1
                 self._publish(
                     CatalogUpdated(
-                        added=tuple(t.id for t in update.add),
-                        removed=update.remove,
-                        replaced=tuple(t.id for t in update.replace),
+                        added=tuple(t.id for t in applied.add),
+                        removed=applied.remove,
+                        replaced=tuple(t.id for t in applied.replace),
                         version=self._version,
                     )
                 )
@@ -224,6 +250,9 @@ class CatalogKeeper:
             elif built.error is not None:
                 with contextlib.suppress(trio.BrokenResourceError):  # the caller gave up
                     update.reply.send_nowait(built.error)
+            elif built.applied is not None:  # a replacement that changes nothing: done
+                with contextlib.suppress(trio.BrokenResourceError):
+                    update.reply.send_nowait(None)
 
     async def _build(
         self, update: Update, old: Snapshot, back: trio.MemorySendChannel[KeeperMessage]
@@ -231,18 +260,24 @@ class CatalogKeeper:
         """The update child: the snapshot ``update`` makes of ``old``, reported back."""
         snapshot: Snapshot | None = None
         error: Exception | None = None
+        applied: Update | None = None
         with back:
             with update.scope:
                 try:
-                    snapshot = await self._updated(old, update)
+                    if update.catalog is None:
+                        catalog = updated_catalog(
+                            old.source, add=update.add, remove=update.remove, replace=update.replace
+                        )
+                        snapshot = await self._updated(old, update, catalog)
+                    else:
+                        applied, catalog = _difference(update, old.source, update.catalog)
+                        if not _unchanged(applied, old.source, catalog):
+                            snapshot = await self._updated(old, applied, catalog)
                 except Exception as exc:  # the caller's to see (a mistake of theirs, mostly)
                     error = exc
-            await back.send(Built(update, snapshot, error))
+            await back.send(Built(update, snapshot, error, applied))
 
-    async def _updated(self, old: Snapshot, update: Update) -> Snapshot:
-        catalog = updated_catalog(
-            old.source, add=update.add, remove=update.remove, replace=update.replace
-        )
+    async def _updated(self, old: Snapshot, update: Update, catalog: Catalog) -> Snapshot:
         dedup, failure = await dedupe_catalog(
             catalog,
             self._config,
@@ -400,6 +435,19 @@ class CatalogKeeper:
                 reason=reason,
             )
         )
+
+
+def _difference(update: Update, old: Catalog, new: Catalog) -> tuple[Update, Catalog]:
+    """A whole-catalogue update as the change it makes to ``old`` (and the catalogue served)."""
+    added, removed, replaced = catalog_difference(old, new)
+    return attrs.evolve(update, add=added, remove=removed, replace=replaced), new
+
+
+def _unchanged(applied: Update, old: Catalog, new: Catalog) -> bool:
+    """Whether serving ``new`` over ``old`` changes nothing a reader could see: no tool
+    changed, tools in the same order, servers described alike."""
+    nothing = not (applied.add or applied.remove or applied.replace)
+    return nothing and old.ids == new.ids and old.servers == new.servers
 
 
 def _caller_waits(reply: trio.MemorySendChannel[Exception | None]) -> bool:

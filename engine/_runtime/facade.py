@@ -346,6 +346,30 @@ class Engine(metaclass=NoPublicConstructor):
         self._check_open("update")
         await self._keeper.update(add=add, remove=remove, replace=replace)
 
+    async def replace_catalog(self, catalog: Catalog) -> None:
+        """Serve ``catalog`` from now on: the engine works out what was added, removed and
+        changed (by tool id) against the catalogue it serves and applies that, as ``update``.
+
+        Only tools whose embedding text changed are embedded again; a catalogue equal to the
+        one served changes nothing (no new version, no event). Replacements and updates apply
+        one at a time, in arrival order, each against the catalogue the one before left.
+
+        Args:
+            catalog: the whole new catalogue (its order and server descriptions are kept).
+
+        Raises:
+            TypeError: ``catalog`` is not a ``Catalog``.
+
+        **Cancellation** and **Fail-open:** as ``update``.
+        """
+        self._check_open("replace_catalog")
+        if not isinstance(catalog, Catalog):
+            raise TypeError(
+                f"replace_catalog expects a toolroute.Catalog, got {type(catalog).__name__}"
+                " (build one with Catalog.from_mcp_servers, Catalog.from_tools, ...)"
+            )
+        await self._keeper.replace_catalog(catalog)
+
     async def decide(
         self, request: DecisionRequest, *, provider: Decider | None = None
     ) -> DecisionResult:

@@ -203,6 +203,22 @@ PUBLIC_MODULES = [
     (toolroute.prompt_cache, {"StickyPicks", "permitted_call", "restriction", "same_topic", "stable_order"}),
 ]
 
+MCP_INTEGRATION = {
+    "LiveCatalog",
+    "McpConfig",
+    "McpServerConfig",
+    "McpServerUnavailable",
+    "ServerStatus",
+    "open_mcp_catalog",
+    "read_mcp_config",
+}
+try:  # the mcp extra
+    import toolroute.integrations.mcp
+except ImportError:
+    pass
+else:
+    PUBLIC_MODULES.append((toolroute.integrations.mcp, MCP_INTEGRATION))
+
 
 @pytest.mark.parametrize(
     ("module", "names"), PUBLIC_MODULES, ids=lambda v: getattr(v, "__name__", "")

@@ -1,0 +1,242 @@
+"""``toolroute mcp``, the routed gateway, end to end: the MCP SDK's own client is the host,
+the upstreams are real servers (mcp-server-time, mcp-server-git, the fixture server).
+
+Real processes and real time; waits are bounded generously (see test_mcp_live)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+pytest.importorskip("mcp")
+
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp_support import fixture_entry, installed
+
+from toolroute import EngineConfig
+from toolroute._gateway.listing import Activations
+from toolroute._gateway.run import open_gateway, serve_http
+from toolroute.config import DedupConfig
+from toolroute.integrations.mcp import McpConfig
+
+WAIT = 30
+QUICK = McpConfig(health_interval_s=0.2, retry_initial_s=0.1, retry_max_s=0.3)
+
+
+class Host:
+    """What an MCP host sees: the notifications the gateway sends it."""
+
+    def __init__(self) -> None:
+        self.list_changed = 0
+        self._changed = trio.Event()
+
+    async def on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.list_changed += 1
+            self._changed.set()
+
+    async def next_list_changed(self) -> None:
+        with trio.fail_after(WAIT):
+            await self._changed.wait()
+        self._changed = trio.Event()
+
+
+def names(listing: types.ListToolsResult) -> list[str]:
+    return [tool.name for tool in listing.tools]
+
+
+def text(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def test_a_host_searches_activates_and_calls_upstream_tools_through_the_gateway(
+    tmp_path: Path, git_repository: str
+) -> None:
+    config = tmp_path / "claude_desktop_config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {
+                        "command": installed("mcp-server-time"),
+                        "args": ["--local-timezone", "UTC"],
+                    },
+                    "git": {
+                        "command": installed("mcp-server-git"),
+                        "args": ["--repository", git_repository],
+                    },
+                    "fx": fixture_entry(),
+                }
+            }
+        )
+    )
+    gateway = StdioServerParameters(
+        command=installed("toolroute"),
+        args=["mcp", "--config", str(config), "--embedder", "hashing"],
+    )
+    host = Host()
+    async with Client(gateway, mode="legacy", message_handler=host.on_message) as client:
+        assert names(await client.list_tools()) == ["search_tools", "call_tool"]
+
+        found = await client.call_tool("search_tools", {"query": "current time in a timezone"})
+        assert not found.is_error
+        assert "get_current_time" in [t["name"] for t in json.loads(text(found))["tools"]]
+        await host.next_list_changed()
+        listing = await client.list_tools()
+        assert "get_current_time" in names(listing)
+        listed = next(t for t in listing.tools if t.name == "get_current_time")
+        assert "timezone" in listed.input_schema["properties"]  # the upstream's own schema
+
+        now = await client.call_tool("get_current_time", {"timezone": "UTC"})
+        assert '"timezone": "UTC"' in text(now)
+        status = await client.call_tool(
+            "call_tool", {"name": "git_status", "arguments": {"repo_path": git_repository}}
+        )
+        assert not status.is_error
+        assert "branch" in text(status).lower()
+
+        failed = await client.call_tool("fail", {})  # never activated: still reachable
+        assert failed.is_error
+        assert "on purpose" in text(failed)
+        steps: list[float] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            steps.append(done)
+
+        counted = await client.call_tool("count_slowly", {"n": 3}, progress_callback=progress)
+        assert text(counted) == "counted 3"
+        assert steps == [1, 2, 3]
+        unknown = await client.call_tool("no_such_tool", {})
+        assert unknown.is_error
+        assert "search_tools" in text(unknown)
+
+        # An upstream's own list_changed reaches the host, and search finds the new tool.
+        before = host.list_changed
+        new = {"name": "brew_coffee", "description": "Brew a cup of coffee"}
+        await client.call_tool("call_tool", {"name": "add_tool", "arguments": new})
+        await host.next_list_changed()
+        assert host.list_changed > before
+        found = await client.call_tool("search_tools", {"query": "brew coffee", "max_tools": 1})
+        assert [t["name"] for t in json.loads(text(found))["tools"]] == ["brew_coffee"]
+
+
+class BrokenSearch:
+    """An engine whose search fails, everything else as the real one."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def select(self, query: str, **options: Any) -> Any:
+        raise RuntimeError("the index is broken")
+
+
+async def test_bad_arguments_are_errors_and_when_search_fails_every_tool_is_listed() -> None:
+    servers = {
+        "mcpServers": {"fx": fixture_entry("--tools", "3"), "copy": fixture_entry("--tools", "3")}
+    }
+    dedup = EngineConfig(cache=False, dedup=DedupConfig(enabled=True))
+    async with open_gateway(
+        servers, engine_config=dedup, embedder=None, mcp_config=QUICK
+    ) as gateway:
+        host = Host()
+        async with Client(gateway.server, mode="legacy", message_handler=host.on_message) as client:
+            # the model's mistakes: errors it can act on, nothing activated
+            missing = await client.call_tool("search_tools", {"text": "x"})
+            assert missing.is_error
+            assert "expects {'query'" in text(missing)
+            too_many = await client.call_tool("search_tools", {"query": "x", "max_tools": 500})
+            assert "max_tools must be an integer from 1 to 50, got 500" in text(too_many)
+            no_name = await client.call_tool("call_tool", {"arguments": {}})
+            assert "call_tool expects {'name'" in text(no_name)
+            assert names(await client.list_tools()) == ["search_tools", "call_tool"]
+
+            gateway.engine = BrokenSearch(gateway.engine)  # type: ignore[assignment]
+            found = await client.call_tool("search_tools", {"query": "anything"})
+            assert not found.is_error
+            assert "unavailable" in json.loads(text(found))["hint"]
+            await host.next_list_changed()
+            listing = names(await client.list_tools())
+            # every tool once: the copy server's duplicates are folded into fx's
+            assert listing == ["search_tools", "call_tool", *gateway.served.ids]
+            assert len(gateway.served) == 9
+            assert len(gateway.live.catalog) == 18
+            assert "fx__echo" in listing
+            assert "copy__echo" not in listing
+            # ... and still reachable by name
+            echoed = await client.call_tool("copy__echo", {"text": "still here"})
+            assert text(echoed) == "still here"
+
+
+# The SDK's streamable-HTTP client leaves its response generators to the garbage collector
+# when its connection is cancelled under trio; nothing of ours to close.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_the_gateway_serves_streamable_http_and_2026_clients() -> None:
+    servers = {"mcpServers": {"fx": fixture_entry()}}
+    async with (
+        open_gateway(
+            servers, engine_config=EngineConfig(cache=False), embedder=None, mcp_config=QUICK
+        ) as gateway,
+        trio.open_nursery() as nursery,
+    ):
+        # A client on the 2026-07-28 protocol learns of the change through its subscription.
+        async with Client(gateway.server) as modern:
+            assert modern.protocol_version == "2026-07-28"
+            async with modern.listen(tools_list_changed=True) as subscription:
+                await modern.call_tool("search_tools", {"query": "echo text back"})
+                with trio.fail_after(WAIT):
+                    event = await subscription.__anext__()
+            assert type(event).__name__ == "ToolsListChanged"
+            assert "echo" in names(await modern.list_tools())
+
+        url = await nursery.start(_serving, gateway)
+        host = Host()
+        async with Client(url, mode="legacy", message_handler=host.on_message) as client:
+            found = await client.call_tool("search_tools", {"query": "echo text back"})
+            assert "echo" in [t["name"] for t in json.loads(text(found))["tools"]]
+            await host.next_list_changed()
+            assert "echo" in names(await client.list_tools())
+            assert text(await client.call_tool("echo", {"text": "over http"})) == "over http"
+        nursery.cancel_scope.cancel()
+
+
+async def _serving(gateway: Any, *, task_status: trio.TaskStatus[str]) -> None:
+    await serve_http(gateway, port=0, task_status=task_status)
+
+
+def test_activations_keep_the_newest_within_the_limit_in_catalogue_order() -> None:
+    from toolroute import Catalog, Tool
+
+    served = Catalog([Tool(n, n) for n in "abcdef"])
+    active = Activations(limit=3)
+    assert active.activate("c1", ["e", "b"])
+    assert not active.activate("c1", ["b"])  # already shown: no list_changed
+    assert active.activate("c1", ["a", "f"])  # e is the oldest and leaves
+    assert active.listing("c1", served) == ("a", "b", "f")
+    assert active.listing("c2", served) == ()
+    assert active.show_everything("c2")
+    assert active.listing("c2", served) == served.ids
+
+
+def test_the_command_reports_a_malformed_config_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolroute._cli.main import main
+
+    config = tmp_path / "servers.json"
+    config.write_text('{"mcpServers": {"time": {"command": ["uvx"]}}}')
+    assert main(["mcp", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert error.strip() == (
+        "toolroute: error: MCP server 'time': field 'command' must be a non-empty string, "
+        "got ['uvx']"
+    )

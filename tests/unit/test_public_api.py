@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import importlib
 import importlib.metadata
 import inspect
 import pickle
@@ -198,6 +200,17 @@ PUBLIC_MODULES = [
     (toolroute.stores, STORES),
     (toolroute.providers, PROVIDERS),
 ]
+
+#: The framework adapters, each pinned where its framework's extra is installed (CI installs
+#: every extra; without one, that adapter cannot even be imported).
+ADAPTERS = {
+    "toolroute.integrations.pydantic_ai": {"RouteTools", "search_strategy"},
+    "toolroute.integrations.openai_agents": {"ToolRouter"},
+    "toolroute.integrations.langchain": {"ToolRouteMiddleware", "retrieve_tools"},
+}
+for _name, _names in ADAPTERS.items():
+    with contextlib.suppress(ImportError):
+        PUBLIC_MODULES.append((importlib.import_module(_name), _names))
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ class _Run:
     narrowed: Narrowing | None = None
     #: True once the turn's tools started: the next ``is_enabled`` opens a new turn.
     stale: bool = True
-    #: Tools the model called in this turn's response: never withdrawn before they run.
+    #: Shown tools the model called in its last response: never withdrawn before they run.
     called: frozenset[str] = frozenset()
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
@@ -132,7 +132,7 @@ class ToolRouter:
         async with run.lock:  # the SDK asks for every tool at once: one selection per turn
             if run.stale or run.narrowed is None:
                 run.narrowed = await self._router.narrow(run.conversation, run.session)
-                run.stale, run.called = False, frozenset()
+                run.stale = False
             return run, run.narrowed
 
     async def _shows(self, context: RunContextWrapper[Any], name: str, server: str | None) -> bool:
@@ -163,6 +163,7 @@ class ToolRouter:
             if args.kind != "tool_not_found":
                 return await _maybe(previous(args)) if previous is not None else None
             run = self._run(args.run_context)
+            run.stale = True  # the turn is answered: the next ``is_enabled`` opens a new one
             if self._router.mode == "activate":
                 self._router.activations.activate(run.session, args.tool_name)
                 return activation_note(args.tool_name)
@@ -182,11 +183,14 @@ class ToolRouter:
     def _answered(self, context: RunContextWrapper[Any], response: ModelResponse) -> None:
         run = self._run(context)
         run.conversation.extend(response.output)
+        shown = run.narrowed
+        # Only calls of tools the turn showed: a hidden one is answered by the rule, not run.
         run.called = frozenset(
             name
             for item in response.output
             if isinstance(name := getattr(item, "name", None), str)
             and getattr(item, "type", None) == "function_call"
+            and (shown is None or shown.shows(name))
         )
 
     def _tools_started(self, context: RunContextWrapper[Any]) -> None:

@@ -94,7 +94,8 @@ def test_a_tool_called_in_a_turn_is_never_withdrawn_before_it_runs() -> None:
 
     result = asyncio.run(main())
     assert RAN == ["get_weather"]  # not "Tool get_weather is currently disabled"
-    assert seen(model) == [["get_weather"], ["send_email"]]
+    # The next turn has the new pick, and the tool just used stays callable one more turn.
+    assert seen(model) == [["get_weather"], ["get_weather", "send_email"]]
     assert len(asked) == 2  # once per turn, never at the re-check
     assert result.final_output == "done"
 

@@ -19,6 +19,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
+from pydantic import Field
 
 import toolroute.asyncio
 from toolroute import Catalog, EngineConfig
@@ -74,7 +75,7 @@ SCRIPT = {
 class StandInModel(BaseChatModel):
     """Calls the scripted tool for the request, then answers; prints what it was bound to."""
 
-    bound: list[str] = []
+    bound: list[str] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -218,3 +219,50 @@ def test_the_router_refuses_a_trio_engine_an_unknown_mode_and_a_non_agent() -> N
                 ToolRouter(engine).route({"name": "a"})  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+MCP_SERVER = '''
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("weather")
+
+
+@app.tool()
+def forecast(city: str) -> str:
+    """Weather forecast for a city."""
+    return f"sunny in {city}"
+
+
+@app.tool()
+def send(to: str) -> str:
+    """Send an email message to one recipient."""
+    return "sent"
+
+
+app.run()
+'''
+
+
+def test_a_real_mcp_servers_tools_are_filtered_and_a_hidden_one_refused(tmp_path: Any) -> None:
+    pytest.importorskip("mcp.server.mcpserver")
+    from agents.mcp import MCPServerStdio
+
+    script = tmp_path / "server.py"
+    script.write_text(MCP_SERVER)
+    model = steps(function_call("send", {"to": "ann"}, call_id="c1"))
+
+    async def main() -> Any:
+        params = {"command": sys.executable, "args": [str(script)]}
+        async with MCPServerStdio(params=params, name="weather", cache_tools_list=True) as server:
+            listed = await server.list_tools()
+            async with asyncio_engine(
+                list(Catalog.from_tools(listed, server="weather").tools)
+            ) as engine:
+                agent = Agent(name="assistant", model=model, mcp_servers=[server])
+                return await ToolRouter(engine).run(agent, "weather forecast in Oslo")
+
+    result = asyncio.run(main())
+    assert seen(model)[0] == ["forecast"]  # the server's other tool was filtered out
+    [answer] = outputs(result)["send"]
+    assert "'send' is not available on this step, so it was not run" in answer
+    assert result.final_output == "done"

@@ -12,8 +12,9 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, FunctionTool, RunConfig, function_tool, set_tracing_disabled
+from agents import Agent, AgentHooks, FunctionTool, RunConfig, function_tool, set_tracing_disabled
 from agents.mcp import ToolFilterContext, create_static_tool_filter
+from agents.run_config import ToolErrorFormatterArgs
 from agents.run_context import RunContextWrapper
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from framework_fixtures import FUNCTIONS, RAN, asyncio_engine
@@ -145,29 +146,69 @@ def test_a_refusal_names_the_search_tool_when_the_agent_has_one() -> None:
     assert "Call 'search_tools'" in outputs(result)["send_email"][0]
 
 
-def test_a_tools_own_is_enabled_and_the_callers_run_config_are_kept() -> None:
+def test_the_agents_own_is_enabled_hooks_and_run_config_are_kept() -> None:
     never = function_tool(FUNCTIONS[0], is_enabled=False)
-    formatted: list[str] = []
+    heard: list[str] = []
+
+    class Hooks(AgentHooks[Any]):
+        async def on_start(self, context: Any, agent: Any) -> None:
+            heard.append("start")
+
+        async def on_llm_start(self, *args: Any) -> None:
+            heard.append("llm_start")
+
+        async def on_llm_end(self, *args: Any) -> None:
+            heard.append("llm_end")
+
+        async def on_tool_start(self, *args: Any) -> None:
+            heard.append("tool_start")
+
+        async def on_tool_end(self, *args: Any) -> None:
+            heard.append("tool_end")
+
+        async def on_end(self, *args: Any) -> None:
+            heard.append("end")
 
     def formatter(args: Any) -> str:
-        formatted.append(args.kind)
-        return "formatted"
+        return f"mine: {args.kind}"
 
-    model = steps()
+    model = steps(function_call("send_email", {"to": "a", "subject": "b"}, call_id="c1"))
 
-    async def main() -> RunConfig:
+    async def main() -> tuple[RunConfig, Any, Any]:
         async with asyncio_engine() as engine:
             router = ToolRouter(engine)
-            agent = Agent(name="assistant", model=model, tools=[never, *tools()[1:]])
-            await router.run(agent, "weather forecast in Oslo")
-            return router.run_config(
-                RunConfig(workflow_name="mine", tool_error_formatter=formatter)
+            agent = Agent(name="assistant", model=model, tools=[never, *tools()[1:]], hooks=Hooks())
+            mine = RunConfig(workflow_name="mine", tool_error_formatter=formatter)
+            config = router.run_config(mine)
+            result = await router.run(agent, "send an email message to Ann", run_config=mine)
+            exception = ToolErrorFormatterArgs(
+                kind="tool_exception",
+                tool_type="function",
+                tool_name="send_email",
+                call_id="c9",
+                default_message="boom",
+                run_context=RunContextWrapper(context=None),
             )
+            assert config.tool_error_formatter is not None
+            return config, result, await config.tool_error_formatter(exception)
 
-    config = asyncio.run(main())
-    assert "get_weather" not in seen(model)[0]
+    config, result, formatted = asyncio.run(main())
+    assert "get_weather" not in seen(model)[0]  # its own is_enabled=False comes first
+    assert RAN == ["send_email"]
+    assert heard == [
+        "start",
+        "llm_start",
+        "llm_end",
+        "tool_start",
+        "tool_end",
+        "llm_start",
+        "llm_end",
+        "end",
+    ]
     assert config.workflow_name == "mine"
     assert config.tool_not_found_behavior == "return_error_to_model"
+    assert formatted == "mine: tool_exception"  # every other tool error is still the caller's
+    assert result.final_output == "done"
 
 
 def test_mcp_tools_are_filtered_per_turn_by_server_and_name() -> None:

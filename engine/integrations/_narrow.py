@@ -49,6 +49,9 @@ class Narrowing:
         selected: names of the tools the engine chose, or ``None``: show every tool.
         known: every tool name the engine's catalogue has (a tool outside it is shown).
         keep: names shown whatever the engine chose (the search tool, activated tools).
+        servers: ``(server, name)`` of the chosen tools that belong to an MCP server.
+        known_on_servers: ``(server, name)`` of every catalogue tool that belongs to one: such
+            a tool is matched on its own server, so a same-named tool elsewhere does not count.
         reason: why every tool is shown when the step failed open in the adapter.
     """
 
@@ -64,8 +67,7 @@ class Narrowing:
         if self.selected is None or name in self.keep:
             return True
         if server is not None and (server, name) in self.known_on_servers:
-            assert self.servers is not None
-            return (server, name) in self.servers
+            return (server, name) in (self.servers or ())
         return name in self.selected or name not in self.known
 
     def filter(self, names: Iterable[str]) -> list[str]:

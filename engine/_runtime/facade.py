@@ -22,6 +22,7 @@ from .._core.public import NoPublicConstructor
 from .._core.recall.index import RecallIndex, Strategy
 from .._core.select.access import ToolAccess, request_access
 from .._core.select.arguments import count, query_text, session_id
+from .._core.select.conversation import Messages
 from .._core.select.policy import Policy
 from .._core.select.selection import Selection
 from .._core.select.toolsets import ToolSet
@@ -33,7 +34,7 @@ from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
 from .statistics import EngineStatistics
-from .steps import Messages, Steps, StepSelection
+from .steps import Steps, StepSelection
 
 if TYPE_CHECKING:
     from ..providers import Decider

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import trio
@@ -33,6 +33,7 @@ from .._core.events import Event, FailOpen, StepFinished, query_hash
 from .._core.outcome import Outcome
 from .._core.select.access import OPEN, ToolAccess, recall_depth
 from .._core.select.conversation import (
+    Messages,
     extract_query,
     idle_steps_of_turns,
     query_of_turns,
@@ -62,8 +63,6 @@ from .recall import Recall
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
 
-#: What a step reads: the conversation as the agent passes it around.
-Messages = Sequence[Mapping[str, Any]]
 T = TypeVar("T")
 
 
@@ -404,8 +403,11 @@ class Steps:
         routing: RoutingOutcome | None = None
         hidden: frozenset[str] = frozenset()  # tools of the servers routing dropped
         if defaults.route_servers and query.strip():
+            # Routing reads the conversation with the same reader (``read_turns``), so every
+            # shape a step reads; only its annotation still names the dict shapes.
+            conversation = cast("Sequence[Mapping[str, Any]]", messages)
             routing = await self._router.route(
-                messages, index.catalog, session=session, state=state
+                conversation, index.catalog, session=session, state=state
             )
             hidden = frozenset(routing.excluded_tools) - set(always)
         explain, explained = None, {}

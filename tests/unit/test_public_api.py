@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import importlib
 import importlib.metadata
 import inspect
 import pickle
@@ -203,21 +205,25 @@ PUBLIC_MODULES = [
     (toolroute.prompt_cache, {"StickyPicks", "permitted_call", "restriction", "same_topic", "stable_order"}),
 ]
 
-MCP_INTEGRATION = {
-    "LiveCatalog",
-    "McpConfig",
-    "McpServerConfig",
-    "McpServerUnavailable",
-    "ServerStatus",
-    "open_mcp_catalog",
-    "read_mcp_config",
+#: The framework and protocol adapters, each pinned where its extra is installed (CI installs
+#: every extra; without one, that adapter cannot even be imported).
+ADAPTERS = {
+    "toolroute.integrations.pydantic_ai": {"RouteTools", "search_strategy"},
+    "toolroute.integrations.openai_agents": {"ToolRouter"},
+    "toolroute.integrations.langchain": {"ToolRouteMiddleware", "retrieve_tools"},
+    "toolroute.integrations.mcp": {
+        "LiveCatalog",
+        "McpConfig",
+        "McpServerConfig",
+        "McpServerUnavailable",
+        "ServerStatus",
+        "open_mcp_catalog",
+        "read_mcp_config",
+    },
 }
-try:  # the mcp extra
-    import toolroute.integrations.mcp
-except ImportError:
-    pass
-else:
-    PUBLIC_MODULES.append((toolroute.integrations.mcp, MCP_INTEGRATION))
+for _name, _names in ADAPTERS.items():
+    with contextlib.suppress(ImportError):
+        PUBLIC_MODULES.append((importlib.import_module(_name), _names))
 
 
 @pytest.mark.parametrize(

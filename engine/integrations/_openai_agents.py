@@ -1,0 +1,268 @@
+"""The openai_agents adapter's implementation; ``toolroute.integrations.openai_agents`` is its public face."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+from agents import Agent, AgentHookContext, AgentHooks, FunctionTool, RunConfig, Runner, RunResult
+from agents.items import ModelResponse, TResponseInputItem
+from agents.mcp import ToolFilterContext
+from agents.run_config import ToolErrorFormatterArgs
+from agents.run_context import RunContextWrapper
+from agents.tool import Tool
+from agents.usage import Usage
+from mcp.types import Tool as MCPTool
+
+from ._hidden import OnHiddenCall, activation_note, refusal
+from ._narrow import Narrowing, StepRouter
+
+Formatter = Callable[[ToolErrorFormatterArgs[Any]], Any]
+
+
+@attrs.define
+class _Run:
+    """One run's view: the conversation so far and the turn's selection."""
+
+    session: str
+    usage: weakref.ref[Usage]
+    conversation: list[Any]
+    narrowed: Narrowing | None = None
+    #: True once the turn's tools started: the next ``is_enabled`` opens a new turn.
+    stale: bool = True
+    #: Shown tools the model called in its last response: never withdrawn before they run.
+    called: frozenset[str] = frozenset()
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+
+
+class ToolRouter:
+    """Shows an Agents SDK agent, turn by turn, only the tools the conversation needs.
+
+    Args:
+        engine: a ``toolroute.asyncio`` engine whose catalogue holds the agent's tools
+            (``Catalog.from_tools(agent.tools)``, and MCP tools with their server as
+            ``server``); a tool it does not know is always shown.
+        on_hidden_call: ``"refuse"`` (default): a call to a tool that was not shown gets a
+            tool result saying what to do instead; ``"activate"``: the tool is shown from the
+            next turn on, for the rest of the run, and the model is told to call it again
+            (the SDK cannot run a tool that was not listed for the turn).
+        search_tool: the name of a tool-search function tool; always shown, and named in
+            refusals where the agent has it.
+
+    Raises:
+        TypeError: ``engine`` is not a ``toolroute.asyncio`` engine.
+        ConfigError: ``on_hidden_call`` is neither ``"refuse"`` nor ``"activate"``.
+
+    **Fail-open:** every tool is shown when the engine cannot judge a turn or cannot read
+    the conversation.
+    """
+
+    def __init__(
+        self,
+        engine: object,
+        *,
+        on_hidden_call: OnHiddenCall = "refuse",
+        search_tool: str | None = "search_tools",
+    ) -> None:
+        self._router = StepRouter(engine, "ToolRouter", on_hidden_call, search_tool)
+        self._runs: dict[int, _Run] = {}
+        self._tool_names: tuple[str, ...] = ()
+
+    def route(self, agent: Agent[Any]) -> Agent[Any]:
+        """A copy of ``agent`` whose tools are chosen per turn (the agent is not changed,
+        but its MCP servers' ``tool_filter`` is: it keeps any filter they had)."""
+        if not isinstance(agent, Agent):
+            raise TypeError(f"route expected an agents.Agent, got {type(agent).__name__}")
+        tools: list[Tool] = [
+            dataclasses.replace(tool, is_enabled=self._enabled(tool.is_enabled, tool.name))
+            if isinstance(tool, FunctionTool)
+            else tool
+            for tool in agent.tools
+        ]
+        names = (t.name for t in tools if isinstance(t, FunctionTool))
+        self._tool_names = tuple(dict.fromkeys((*self._tool_names, *names)))  # named in refusals
+        for server in agent.mcp_servers:
+            previous = getattr(server, "tool_filter", None)
+            if getattr(previous, "_toolroute", False):
+                continue  # routed already (the same server on another routed agent)
+            server.tool_filter = self._mcp_filter(previous)  # type: ignore[attr-defined]
+        return agent.clone(tools=tools, hooks=_Hooks(self, agent.hooks))
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (or a default ``RunConfig``) that answers a call to a hidden tool with a
+        tool result (``tool_not_found_behavior="return_error_to_model"``) worded by the
+        hidden-tool rule; ``base``'s own ``tool_error_formatter`` handles everything else."""
+        config = base if base is not None else RunConfig()
+        return dataclasses.replace(
+            config,
+            tool_not_found_behavior="return_error_to_model",
+            tool_error_formatter=self._formatter(config.tool_error_formatter),
+        )
+
+    async def run(self, agent: Agent[Any], input: Any, **options: Any) -> RunResult:
+        """``Runner.run(self.route(agent), input, ...)`` with ``run_config`` wrapped by
+        ``self.run_config``; every other option as ``Runner.run``."""
+        options["run_config"] = self.run_config(options.get("run_config"))
+        return await Runner.run(self.route(agent), input, **options)
+
+    # -- per-run state -------------------------------------------------------------------
+
+    def _run(self, context: RunContextWrapper[Any]) -> _Run:
+        # One run's contexts (the run's, a tool's, a hook's) share its ``Usage``.
+        usage = context.usage
+        run = self._runs.get(id(usage))
+        if run is None or run.usage() is not usage:
+            for key in [k for k, r in self._runs.items() if r.usage() is None]:
+                del self._runs[key]  # runs that ended
+            run = _Run(
+                session=f"agents-run:{uuid.uuid4().hex}",
+                usage=weakref.ref(usage),
+                conversation=list(context.turn_input),
+            )
+            self._runs[id(usage)] = run
+        return run
+
+    async def _turn(self, context: RunContextWrapper[Any]) -> tuple[_Run, Narrowing]:
+        run = self._run(context)
+        async with run.lock:  # the SDK asks for every tool at once: one selection per turn
+            if run.stale or run.narrowed is None:
+                run.narrowed = await self._router.narrow(run.conversation, run.session)
+                run.stale = False
+            return run, run.narrowed
+
+    async def _shows(self, context: RunContextWrapper[Any], name: str, server: str | None) -> bool:
+        run, narrowed = await self._turn(context)
+        return name in run.called or narrowed.shows(name, server)
+
+    def _enabled(
+        self, previous: bool | Callable[..., Any], name: str
+    ) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+        async def is_enabled(context: RunContextWrapper[Any], agent: Any) -> bool:
+            if not await _allowed(previous, context, agent):
+                return False  # the tool's own rule comes first
+            return await self._shows(context, name, None)
+
+        return is_enabled
+
+    def _mcp_filter(self, previous: Any) -> Callable[[ToolFilterContext, MCPTool], Awaitable[bool]]:
+        async def tool_filter(context: ToolFilterContext, tool: MCPTool) -> bool:
+            if not await _passes(previous, context, tool):
+                return False
+            return await self._shows(context.run_context, tool.name, context.server_name)
+
+        tool_filter._toolroute = True  # type: ignore[attr-defined]
+        return tool_filter
+
+    def _formatter(self, previous: Formatter | None) -> Formatter:
+        async def tool_error_formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+            if args.kind != "tool_not_found":
+                return await _maybe(previous(args)) if previous is not None else None
+            run = self._run(args.run_context)
+            run.stale = True  # the turn is answered: the next ``is_enabled`` opens a new one
+            if self._router.mode == "activate":
+                self._router.activations.activate(run.session, args.tool_name)
+                return activation_note(args.tool_name)
+            narrowed = run.narrowed
+            shown = narrowed.filter(self._tool_names) if narrowed is not None else []
+            search = self._router.search_tool
+            offered = search if search is not None and search in shown else None
+            return refusal(args.tool_name, search_tool=offered, shown=shown)
+
+        return tool_error_formatter
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def _saw(self, context: RunContextWrapper[Any], items: list[TResponseInputItem]) -> None:
+        self._run(context).conversation = list(items)
+
+    def _answered(self, context: RunContextWrapper[Any], response: ModelResponse) -> None:
+        run = self._run(context)
+        run.conversation.extend(response.output)
+        shown = run.narrowed
+        # Only calls of tools the turn showed: a hidden one is answered by the rule, not run.
+        run.called = frozenset(
+            name
+            for item in response.output
+            if isinstance(name := getattr(item, "name", None), str)
+            and getattr(item, "type", None) == "function_call"
+            and (shown is None or shown.shows(name))
+        )
+
+    def _tools_started(self, context: RunContextWrapper[Any]) -> None:
+        # The SDK's re-check of this turn is behind us: the next ``is_enabled`` opens a turn.
+        self._run(context).stale = True
+
+
+async def _maybe(value: Any) -> Any:
+    return await value if isinstance(value, Awaitable) else value
+
+
+async def _allowed(previous: bool | Callable[..., Any], context: Any, agent: Any) -> bool:
+    if isinstance(previous, bool):
+        return previous
+    return bool(await _maybe(previous(context, agent)))
+
+
+async def _passes(previous: Any, context: ToolFilterContext, tool: MCPTool) -> bool:
+    if previous is None:
+        return True
+    if callable(previous):
+        return bool(await _maybe(previous(context, tool)))
+    # A static filter (``create_static_tool_filter``): allowed and blocked names.
+    allowed = previous.get("allowed_tool_names")
+    blocked = previous.get("blocked_tool_names") or ()
+    return (allowed is None or tool.name in allowed) and tool.name not in blocked
+
+
+class _Hooks(AgentHooks[Any]):
+    """The router's view of each turn, in front of the agent's own hooks (if any)."""
+
+    def __init__(self, router: ToolRouter, inner: Any) -> None:
+        self._router = router
+        self._inner = inner
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        self._router._saw(context, input_items)
+        if self._inner is not None:
+            await self._inner.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        self._router._answered(context, response)
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+
+    async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
+        self._router._tools_started(context)
+        if self._inner is not None:
+            await self._inner.on_tool_start(context, agent, tool)
+
+    async def on_start(self, context: AgentHookContext[Any], agent: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_start(context, agent)
+
+    async def on_end(self, context: AgentHookContext[Any], agent: Any, output: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_end(context, agent, output)
+
+    async def on_handoff(self, context: RunContextWrapper[Any], agent: Any, source: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_handoff(context, agent, source)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
+    ) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_end(context, agent, tool, result)

@@ -42,8 +42,8 @@ def hit(tool_ids: tuple[str, ...], query: Any) -> bool:
 
 async def scenario(root: Path, name: str, warm: bool, cache: Path) -> dict[str, Any]:
     from toolroute import Catalog, EngineConfig, Outcome, open_engine
-    from toolroute.evaluate import load_queries
     from toolroute.config import LoadConfig, WarmupConfig
+    from toolroute.evaluate import load_queries
 
     catalog = Catalog.from_file(root / name / "tools.json")
     queries = load_queries(root / name / "queries.json")
@@ -137,8 +137,8 @@ def main() -> None:
         return
     trees = ([("old", args.python)] if args.python else []) + [("new", sys.executable)]
     names = [args.only] if args.only else list(DATASETS)
-    print(f"| dataset | burst | tree | alone hit@5 | burst hit@5 | fast tier | keyword-only"
-          f" | p50 ms | p99 ms | max ms |")  # fmt: skip
+    print("| dataset | burst | tree | alone hit@5 | burst hit@5 | fast tier | keyword-only"
+          " | p50 ms | p99 ms | max ms |")  # fmt: skip
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
         for name in names:

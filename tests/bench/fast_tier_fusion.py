@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,23 @@ from toolroute.providers._embedders.fast_tier.tier import FastTier
 COVERAGE = (0.4, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 NAME = (0.1, 0.33, 0.66, 1.0)
 SERVED = (0, 200, 800)
+
+
+Evidence = list[tuple[np.ndarray, np.ndarray, list[list[int]]]]
+
+
+def wanted(query: Any, position: dict[str, int]) -> list[list[int]]:
+    """The request's expected tool groups, as catalogue rows."""
+    return [[position[e] for e in group] for group in query.groups]
+
+
+def score(cosines: list[np.ndarray], evidence: Evidence, a: float, b: float) -> float:
+    """Completeness@5 of ``cosine + a * coverage**2 + b * name_coverage**2``."""
+    hits = []
+    for cosine, (coverage, names, groups) in zip(cosines, evidence, strict=True):
+        top = set(top_k(cosine + a * coverage * coverage + b * names * names, 5).tolist())
+        hits.append(all(any(row in top for row in group) for group in groups))
+    return float(np.mean(hits))
 
 
 def main() -> None:
@@ -50,21 +68,8 @@ def main() -> None:
         coverage = [keyword.coverage(t) for t in terms]
         names = [keyword.name_coverage(t) for t in terms]
 
-        def complete(scores: np.ndarray, query: object) -> bool:
-            top = set(top_k(scores, 5).tolist())
-            return all(any(position[e] in top for e in g) for g in query.groups)  # type: ignore[attr-defined]
-
-        def score(cosines: list[np.ndarray], a: float, b: float) -> float:
-            return float(
-                np.mean(
-                    [
-                        complete(c + a * cov * cov + b * n * n, q)
-                        for c, cov, n, q in zip(cosines, coverage, names, held, strict=True)
-                    ]
-                )
-            )
-
-        words = score([np.zeros(len(catalog), np.float32)] * len(held), 0.4, 0.1)
+        evidence = list(zip(coverage, names, [wanted(q, position) for q in held], strict=True))
+        words = score([np.zeros(len(catalog), np.float32)] * len(held), evidence, 0.4, 0.1)
         tier = FastTier.open(
             embedder,
             cache_dir=None,
@@ -79,7 +84,7 @@ def main() -> None:
                 tier.refit()
                 learned = goal
             cosines = [matrix @ v for v in tier.embed([q.text for q in held])]
-            grid = {(a, b): score(cosines, a, b) for a in COVERAGE for b in NAME}
+            grid = {(a, b): score(cosines, evidence, a, b) for a in COVERAGE for b in NAME}
             best = max(grid, key=lambda ab: grid[ab])
             print(
                 f"| {name} | {learned} | {words:.3f} | {grid[(0.4, 0.1)]:.3f}"

@@ -2,7 +2,7 @@
 
 A fast-tier vector is a mean of static token rows: rougher than the model's, so keyword
 evidence may deserve more weight next to its cosine. Each dataset's dev split is cut in two
-(seeded, as ``fast_tier_threshold.py``): the tier learns from the first half (0 / 200 / 800
+(seeded, as ``fast_tier_threshold.py``): the tier learns from the first half (0 / 200 / 1,000
 served requests) and rankings of the second half are scored (completeness@5) with
 ``cosine + a * coverage**2 + b * name_coverage**2`` over a grid of ``(a, b)``. The model's
 weights are ``(0.4, 0.1)``. The test splits are never read.
@@ -28,7 +28,7 @@ from toolroute.providers._embedders.fast_tier.tier import FastTier
 
 COVERAGE = (0.4, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 NAME = (0.1, 0.33, 0.66, 1.0)
-SERVED = (0, 200, 800)
+SERVED = (0, 200, 1000)
 
 
 Evidence = list[tuple[np.ndarray, np.ndarray, list[list[int]]]]

@@ -200,9 +200,11 @@ class LoadConfig:
         default=None,
         validator=rule(lambda v: v is None or (is_number(v) and v > 0), "positive or None"),
     )
-    #: Served requests the fast tier must have learned from before it answers: the fewest
-    #: with which it matched keyword-only on every dev split (README, Under load).
-    min_served: int = attrs.field(default=200, validator=_non_negative)
+    #: Served requests the fast tier must have learned from before it answers. Fitted on
+    #: the catalogue's text alone (0) and fused with its own weights it is above keyword-only
+    #: on every dev split at every amount of traffic (``tests/bench/fast_tier_threshold.py``),
+    #: so it answers from the first request: a new engine's first burst is not keyword-only.
+    min_served: int = attrs.field(default=0, validator=_non_negative)
     #: (request, vector) pairs held in memory until the next fit.
     learn_buffer: int = attrs.field(default=2048, validator=_at_least_one)
     #: Served pairs that trigger a fit (in a worker thread; the old table serves meanwhile).

@@ -3,8 +3,9 @@
 The tier is opened in the background once the catalogue's tool vectors exist (the bundled
 model's table ships with the package, so a first build is a fit on the catalogue: ~1.7 s of
 CPU for BFCL's 1,702 tools; afterwards it loads from the cache). Until it is open, and until
-its table was fitted on at least ``load.min_served`` requests the full tier answered, recall
-does not use it: before that it ranks below keyword-only on paraphrased requests.
+its table was fitted on at least ``load.min_served`` requests the full tier answered (by
+default none: fitted on the catalogue's text it already ranks above keyword-only), recall
+does not use it.
 
 Background work (the build, every fit) runs in a thread of its own at the lowest CPU
 priority (``at_low_priority``), so a foreground request's model call wins any contest for a

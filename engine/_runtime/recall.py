@@ -9,6 +9,7 @@ counts and publishes. Scoring a large catalogue runs off the event loop.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -55,6 +56,37 @@ DEFAULT_BUDGET_SHARE = 0.5
 #: Catalogues at least this large are scored in a worker thread (about 1 ms of numpy work
 #: per request at this size; below it the thread hop costs more than it saves).
 SCORE_IN_THREAD_FROM = 20_000
+
+#: Weight of the newest request in the loop time per request (an EWMA, as the batcher's).
+_LOOP_EWMA_WEIGHT = 0.2
+
+#: When the running request's vector arrived (``trio.current_time()``): what it does on the
+#: event loop from then on is the loop time ``Recall.finished`` measures.
+_VECTOR_ARRIVED: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "vector_arrived", default=None
+)
+
+
+class LoopTime:
+    """Event-loop seconds a request takes once its vector is in hand (scoring, the policy,
+    its event): an EWMA over finished requests. Requests queued for the model get their
+    vectors in order, often together, so each one's wait for the model leaves room for the
+    ones ahead of it to be scored before its deadline (its own scoring comes after, as for a
+    lone caller, whose wait is the whole deadline)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def measured(self, seconds: float) -> None:
+        if self.seconds == 0.0:
+            self.seconds = seconds
+        else:
+            self.seconds += _LOOP_EWMA_WEIGHT * (seconds - self.seconds)
+
+    def model_wait(self, deadline_s: float, ahead: int) -> float:
+        """How long a request with ``ahead`` requests before it in the model's queue may
+        wait for its vector so that they are scored by ``deadline_s``."""
+        return max(0.0, deadline_s - self.seconds * ahead)
 
 
 class _Embeds(Protocol):
@@ -140,6 +172,7 @@ class Recall:
         self._publish = publish
         self._dim = 0  # the tool vectors' width, from the index being served
         self._batcher: QueryBatcher | None = None
+        self.loop_time = LoopTime()
         if embedder is not None:
             self._batcher = QueryBatcher(
                 self._embed_batch,
@@ -212,6 +245,7 @@ class Recall:
         if wanted and index.vectors is not None and self._batcher:
             self._dim = index.vectors.dim
             vector, reason = await self._embed_query(query)
+            _VECTOR_ARRIVED.set(trio.current_time())
         # The rung's answer as the planner reads it: no vector, the full tier's, or a step
         # down (a fast-tier vector ranks like any other, but the answer is degraded).
         if vector is None:
@@ -224,6 +258,14 @@ class Recall:
             return index.ranked(query, request, k, chosen)
         # Scoring a large catalogue takes milliseconds: off the event loop.
         return await self._workers.run(index.ranked, query, request, k, chosen, limiter=self._cpu)
+
+    def finished(self) -> None:
+        """The running request is done with the event loop: measure its loop time (if it
+        needed a vector) for the model waits of the requests after it."""
+        arrived = _VECTOR_ARRIVED.get()
+        if arrived is not None:
+            _VECTOR_ARRIVED.set(None)
+            self.loop_time.measured(trio.current_time() - arrived)
 
     async def _embed_query(self, query: str) -> tuple[Vectors | None, str]:
         """The request's vector and, when it is not the full tier's, why (the rung taken)."""
@@ -244,8 +286,10 @@ class Recall:
             return cached, ""
         if step.rung is Rung.FAST_TIER:
             return self._from_fast_tier(query, step.reason)
-        failure = full_tier_missed(self._deadline)
-        with trio.move_on_after(self._deadline):
+        # Past this wait the request, and those queued before it, could not be scored in time.
+        wait = self.loop_time.model_wait(self._deadline, load.outstanding)
+        failure = full_tier_missed(self._deadline, wait)
+        with trio.move_on_after(wait):
             try:
                 vector = await self._batcher.embed(query)
             except Exception as exc:  # the request degrades; it never raises

@@ -148,8 +148,10 @@ class Selector:
             ranking = ranking.only(access.only(ranking.tool_ids))
         policy = plan.policy
         if plan.rerank:
+            self._recall.finished()  # the generator's wait is not event-loop time
             ranking, policy = await self._reranked(index, query, ranking, policy, access)
         selection = select(ranking, policy, started, explain=request, hidden=hidden, access=access)
+        self._recall.finished()
         include = self._config.events.include_queries
         self._publish(
             SelectionFinished(

@@ -457,6 +457,7 @@ class Steps:
             if state is not None:
                 state.remember(activated, self._config.sessions.sticky_steps)
         selection = self._finished(pick, sets, started, routing)
+        self._recall.finished()
         self._publish(
             StepFinished(
                 session=session,

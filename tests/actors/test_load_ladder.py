@@ -365,3 +365,33 @@ async def test_one_slow_call_does_not_keep_a_lone_caller_off_the_model(
         outcome, reason, _ = await harness.rank("weather in Oslo")
         assert (outcome, reason) == (Outcome.APPLIED, "")  # the model was idle: it answers
         assert harness.recall.batcher.load.seconds_per_text < 1.5  # and is measured again
+
+
+async def test_queued_requests_leave_the_model_in_time_to_be_scored_by_the_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Once requests are measured to take 5 ms of loop time after their vector, a request
+    # queued behind n others for a slow model waits at most the deadline less n of those.
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, None) as harness:
+        await harness.rank("calibrate the model time")
+        harness.recall.loop_time.measured(0.005)
+        results = await burst(harness, QUERIES)
+    late = sorted((w, r) for o, r, w in results if o is Outcome.DEGRADED)
+    assert late
+    assert all(w < BUDGET for w, _ in late)
+    assert late[0][0] == pytest.approx(BUDGET - 0.005 * (len(QUERIES) - 1))  # the last queued
+    assert "left after scoring the requests queued with it" in late[0][1]
+
+
+async def test_the_loop_time_is_measured_from_the_vector_to_the_finished_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, None) as harness:
+        await harness.rank("weather in Oslo")
+        await trio.sleep(0.02)  # stands for the scoring and policy after the vector
+        harness.recall.finished()
+        assert harness.recall.loop_time.seconds == pytest.approx(0.02)
+        harness.recall.finished()  # once per request: a second call measures nothing
+        assert harness.recall.loop_time.seconds == pytest.approx(0.02)

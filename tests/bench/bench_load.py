@@ -45,6 +45,7 @@ import trio
 from toolroute import Catalog, EngineConfig, ToolIndex, open_engine
 from toolroute._core.config import WarmupConfig
 from toolroute._core.recall.vectors import Int8Index, VectorIndex, top_k
+from toolroute._core.select.plan import RequestVector
 from toolroute._core.text import KEYWORD_TEXT_CHARS, MODEL_TEXT_CHARS, bounded, embedding_text
 from toolroute.evaluate import load_queries
 from toolroute.providers import default_embedder
@@ -129,7 +130,14 @@ def bounds(root: Path, embedder: MiniLMEmbedder) -> None:
 # -- 2. accuracy ----------------------------------------------------------------------------------
 
 
-def hit_at_5(index: ToolIndex, queries: list[Any], vectors: Sequence[np.ndarray | None]) -> float:
+def fast(vectors: Sequence[np.ndarray]) -> list[RequestVector]:
+    """Fast-tier vectors as recall ranks them: a step down, fused with the tier's weights."""
+    return [RequestVector.stepped_down(v, "fast tier") for v in vectors]
+
+
+def hit_at_5(
+    index: ToolIndex, queries: list[Any], vectors: Sequence[np.ndarray | RequestVector | None]
+) -> float:
     hits = 0
     for query, vector in zip(queries, vectors, strict=True):
         found = set(index.rank(query.text, vector, 5).tool_ids)
@@ -163,7 +171,7 @@ def accuracy(root: Path, embedder: MiniLMEmbedder, cache: Path, quick: bool) -> 
             tool_texts=index.embedding_texts(),
             tool_vectors=index.vectors.matrix,
         )
-        row.append(f"{hit_at_5(index, test, list(tier.embed(texts))):.3f}")
+        row.append(f"{hit_at_5(index, test, fast(tier.embed(texts))):.3f}")
         learned, fit_s = 0, 0.0
         for goal in LEARNED:
             if quick or learned >= len(dev):
@@ -176,7 +184,7 @@ def accuracy(root: Path, embedder: MiniLMEmbedder, cache: Path, quick: bool) -> 
             tier.refit()
             fit_s = time.perf_counter() - started
             label = "" if learned == goal else f" ({learned})"
-            row.append(f"{hit_at_5(index, test, list(tier.embed(texts))):.3f}{label}")
+            row.append(f"{hit_at_5(index, test, fast(tier.embed(texts))):.3f}{label}")
         print(f"| {name} | {len(test)} | " + " | ".join(row) + f" | {fit_s:.1f} |", flush=True)
 
 

@@ -15,7 +15,8 @@ import statistics
 import time
 from pathlib import Path
 
-from toolroute import Catalog, ToolIndex, load_queries
+from toolroute import Catalog, ToolIndex
+from toolroute.evaluate import load_queries
 from toolroute.providers import HashingEmbedder
 
 HERE = Path(__file__).resolve().parent

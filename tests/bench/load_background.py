@@ -29,15 +29,17 @@ from typing import Any
 import numpy as np
 import trio
 
-from toolroute import Catalog, EmbeddingCache, EngineConfig, ToolIndex, load_queries
+from toolroute import Catalog, EngineConfig, ToolIndex
 from toolroute._core.config import LoadConfig, WarmupConfig
 from toolroute._runtime.engine import Engine, open_engine
 from toolroute._runtime.fast_tier_service import at_low_priority
+from toolroute.evaluate import load_queries
 from toolroute.providers._embedders.fast_tier import files as _fast_tier_files
 from toolroute.providers._embedders.fast_tier import tier as _fast_tier
 from toolroute.providers._embedders.fast_tier.ridge import solve
 from toolroute.providers._embedders.fast_tier.tier import FastTier, FastTierStopped
 from toolroute.providers._embedders.minilm import MiniLMEmbedder
+from toolroute.stores import EmbeddingCache
 
 DATASETS = ("metatool", "bfcl")
 BLOCKS = 6  # alternating idle / low / normal blocks of lone requests

@@ -16,8 +16,9 @@ from toolroute._core.select.explain import (
     ExplainRequest,
     explain_ask,
 )
+from toolroute._core.select.plan import RequestVector
 from toolroute._core.select.policy import Policy, select
-from toolroute._core.select.selection import Ranking
+from toolroute._core.select.selection import Ranking, Strategy
 from toolroute._core.text import keyword_document
 from toolroute.providers import HashingEmbedder
 
@@ -185,3 +186,22 @@ def test_to_json_is_a_fixed_shape_that_round_trips() -> None:
         "duplicate_of",
     }
     assert Explanation(**{**data, "matched_words": tuple(data["matched_words"])}) == explanation
+
+
+def test_a_fast_tier_ranking_explains_the_cosine_under_its_own_fusion_weights() -> None:
+    # The fast tier's rougher vectors are fused with heavier keyword weights; the cosine an
+    # explanation reports is still the vector's own, whichever weights the ranking used.
+    index = COMBINED.recall
+    query = "weather forecast"
+    vector = HashingEmbedder().embed([query])[0]
+    request = RequestVector.stepped_down(vector, "fast tier: full model busy")
+    ranked = COMBINED.ranked(query, request, 5, Strategy.COMBINED)
+    selection = select(
+        ranked, Policy(adaptive=False), 0.0, explain=ExplainRequest(ask=(), index=index, query=query)
+    )
+    assert index.vectors is not None
+    for record in selection.explanations:
+        assert record.tier == "fast"
+        exact = float(index.vectors.matrix[CATALOG.position(record.tool_id)] @ vector)
+        assert record.cosine == pytest.approx(exact, abs=1e-5)
+    assert ranked.scores[0] > 4.0  # fused: 0.74 + 4 (the request's words) + 0.33 (its name)

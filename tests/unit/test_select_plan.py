@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import Catalog, ConfigError, Outcome, Policy, Ranking, Strategy, ToolSet
-from toolroute._core.recall.fusion import fuse, keyword_terms
+from toolroute._core.recall.fusion import FAST_TIER, FULL_TIER, fuse, keyword_terms
 from toolroute._core.select.plan import (
     ANCHOR_OVERFETCH,
     RERANK_TOOL_LIMIT,
@@ -376,3 +376,17 @@ def test_the_int8_scorers_keyword_terms_are_fuses_to_the_bit(
     for term in keyword_terms(coverage, names):
         fused += term  # as the int8 scorer adds them to its exact cosines
     np.testing.assert_array_equal(fused, fuse(cosine, coverage, names))
+
+
+def test_a_fast_tier_vector_is_fused_with_the_fast_tiers_weights() -> None:
+    full = plan_recall(
+        "email", Strategy.COMBINED, RequestVector.full(VECTOR), tool_vectors=HAS_VECTORS
+    )
+    fast = plan_recall(
+        "email",
+        Strategy.COMBINED,
+        RequestVector.stepped_down(VECTOR, "fast tier: full model busy"),
+        tool_vectors=HAS_VECTORS,
+    )
+    assert (full.weights, fast.weights) == (FULL_TIER, FAST_TIER)
+    assert FAST_TIER.coverage > FULL_TIER.coverage  # the rougher vector leans on the words

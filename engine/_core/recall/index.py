@@ -39,7 +39,7 @@ from ..select.selection import Ranking, Selection
 from ..select.selection import Strategy as Strategy
 from ..select.toolsets import ToolSet
 from ..text import embedding_text, keyword_document, split_identifier, tokenize
-from .fusion import fuse, keyword_terms
+from .fusion import FusionWeights, fuse, keyword_terms
 from .keyword import KeywordIndex
 from .vectors import (
     INT8_FROM,
@@ -216,7 +216,7 @@ class RecallIndex:
             picked_scores, baseline = scores[picked], 0.0
         else:
             picked, picked_scores, baseline = self._scored(
-                tokenize(query), plan.vector, k, plan.strategy
+                tokenize(query), plan.vector, k, plan.strategy, plan.weights
             )
         return Ranking(
             tool_ids=tuple(self.ids[i] for i in picked),
@@ -233,6 +233,7 @@ class RecallIndex:
         query_vector: Vector,
         k: int,
         strategy: Strategy,
+        weights: FusionWeights,
     ) -> tuple[Indices, Scores, float]:
         """The ``k`` best rows by cosine (``semantic``) or fused score, their scores and the
         catalogue's mean score (the policy's baseline)."""
@@ -243,13 +244,14 @@ class RecallIndex:
             bonus = None
             if combined:
                 bonus = keyword_terms(
-                    self.keyword.coverage(tokens), self.keyword.name_coverage(tokens)
+                    self.keyword.coverage(tokens), self.keyword.name_coverage(tokens), weights
                 )
             picked, picked_scores = self.int8.ranked(query_vector, k, bonus)
             return picked, picked_scores, self.int8.baseline(query_vector, bonus)
         cosine = self.vectors.scores(query_vector)
         if combined:
-            scores = fuse(cosine, self.keyword.coverage(tokens), self.keyword.name_coverage(tokens))
+            coverage, names = self.keyword.coverage(tokens), self.keyword.name_coverage(tokens)
+            scores = fuse(cosine, coverage, names, weights)
         else:
             scores = cosine
         picked = top_k(scores, k)

@@ -63,9 +63,16 @@ def first_rung(
     return Step(rung=Rung.FULL_TIER)
 
 
-def full_tier_missed(deadline_s: float) -> str:
-    """Why a request left the full tier when its embedding was late."""
-    return f"the request's embedding took longer than {deadline_s} s"
+def full_tier_missed(deadline_s: float, waited_s: float | None = None) -> str:
+    """Why a request left the full tier when its embedding was late: it took longer than the
+    deadline, or than ``waited_s``, the part of it left once the requests queued with it
+    have their scoring time."""
+    if waited_s is None or waited_s >= deadline_s:
+        return f"the request's embedding took longer than {deadline_s} s"
+    return (
+        f"the request's embedding took longer than {waited_s * 1000:.0f} ms, the part of"
+        f" its {deadline_s} s deadline left after scoring the requests queued with it"
+    )
 
 
 def full_tier_failed(error: str) -> str:

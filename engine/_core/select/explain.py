@@ -15,7 +15,7 @@ import attrs
 
 from ..errors import ConfigError
 from ..outcome import Outcome
-from ..recall.fusion import COVERAGE_WEIGHT, NAME_WEIGHT
+from ..recall.fusion import FAST_TIER, FULL_TIER
 from ..text import tokenize
 
 if TYPE_CHECKING:
@@ -265,6 +265,7 @@ def _cosines(
     names = keyword.name_coverage(tokens)
     idf, vocabulary = keyword.bm25_idf, keyword.vocabulary
     position = request.index.catalog.position
+    weights = FAST_TIER if tier == "fast" else FULL_TIER
 
     def cosine(tool_id: str) -> float | None:
         score = scores.get(tool_id)
@@ -272,7 +273,7 @@ def _cosines(
             return None
         coverage = sum(float(idf[vocabulary[t]]) for t in matched.get(tool_id, ())) / mass
         name = float(names[position(tool_id)])
-        boost = COVERAGE_WEIGHT * coverage**2 + NAME_WEIGHT * name**2
+        boost = weights.coverage * coverage**2 + weights.name * name**2
         return round(score - boost, 6)
 
     return cosine

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from ..outcome import Outcome
+from ..recall.fusion import FAST_TIER, FULL_TIER, FusionWeights
 from .policy import Policy
 from .selection import Ranking, Strategy, anchor_scores, strategy_named, threshold_applies
 from .toolsets import ToolSet, activated_sets
@@ -111,12 +112,14 @@ class RequestVector:
     """A request's vector and how it was obtained.
 
     ``vector`` ``None``: there is none (the verdict says why: recall is keyword-only).
-    ``applied``: a fresh or cached vector of the full model; ``degraded``: a step down (a
-    faster tier), which ranks like any other but makes the answer degraded.
+    ``applied``: a fresh or cached vector of the full model; ``degraded``: a step down (the
+    fast tier), which ranks like any other, fused with its own ``weights``, but makes the
+    answer degraded.
     """
 
     vector: Vector | None
     verdict: Verdict
+    weights: FusionWeights = FULL_TIER
 
     @classmethod
     def full(cls, vector: Vector) -> RequestVector:
@@ -124,7 +127,7 @@ class RequestVector:
 
     @classmethod
     def stepped_down(cls, vector: Vector, reason: str) -> RequestVector:
-        return cls(vector, Verdict.degraded(reason))
+        return cls(vector, Verdict.degraded(reason), FAST_TIER)
 
     @classmethod
     def missing(cls, reason: str) -> RequestVector:
@@ -140,11 +143,13 @@ class RecallPlan:
             recall degraded to keyword-only).
         verdict: the ranking's outcome and reason.
         vector: the request vector to score with (``None`` for keyword scoring).
+        weights: how keyword evidence is fused with that vector's cosine (``combined``).
     """
 
     strategy: Strategy
     verdict: Verdict
     vector: Vector | None = attrs.field(default=None, eq=False)
+    weights: FusionWeights = FULL_TIER
 
     @property
     def ranks(self) -> bool:
@@ -179,7 +184,9 @@ def plan_recall(
         return RecallPlan(strategy=Strategy.KEYWORD, verdict=request.verdict)
     if tool_vectors.outcome is not Outcome.APPLIED:
         return RecallPlan(strategy=Strategy.KEYWORD, verdict=tool_vectors)
-    return RecallPlan(strategy=strategy, verdict=request.verdict, vector=request.vector)
+    return RecallPlan(
+        strategy=strategy, verdict=request.verdict, vector=request.vector, weights=request.weights
+    )
 
 
 # Plans that depend on nothing but the strategy, made once (the keyword path allocates none).

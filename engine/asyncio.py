@@ -354,7 +354,7 @@ class AsyncioEngine:
         self.engine.release_sets(session, names)
 
     def subscribe(
-        self, buffer: int | None = None
+        self, buffer: int | None = None, *, snapshot: bool = True
     ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
         """As ``Engine.subscribe``, from asyncio::
 
@@ -365,15 +365,17 @@ class AsyncioEngine:
         The subscriber's buffer and its drop count work as in trio: a slow asyncio consumer
         loses events (counted), it never slows the engine.
         """
-        return self._subscription(buffer)
+        return self._subscription(buffer, snapshot)
 
     @contextlib.asynccontextmanager
-    async def _subscription(self, buffer: int | None) -> AsyncIterator[AsyncIterator[Delivery]]:
+    async def _subscription(
+        self, buffer: int | None, snapshot: bool
+    ) -> AsyncIterator[AsyncIterator[Delivery]]:
         self.engine._check_open("subscribe")
         # A user of the guest run of its own: a consumer still draining keeps it alive.
         async with (
             _guest() as host,
-            host.entered(lambda: self.engine.subscribe(buffer)) as channel,
+            host.entered(lambda: self.engine.subscribe(buffer, snapshot=snapshot)) as channel,
         ):
             yield _Deliveries(host, channel)
 

@@ -5,24 +5,37 @@ memory channel, filled with ``send_nowait``; when it is full the event is droppe
 that subscriber* and counted, and the next event it does receive reports how many it lost.
 A ``MemorySendChannel.clone()`` would share work, not broadcast, so each subscriber gets
 its own channel (STYLE §4).
+
+A subscriber that stops hearing from the engine must still learn that it lost events, so
+each channel holds one slot more than the subscriber's buffer: ``publish`` never fills it,
+and the hub's reporter (:meth:`EventHub.run`) puts an ``events.dropped`` notice there within
+``LOSS_REPORT_S`` of a loss, whether or not anything else is published. Events published
+inside a public call are stamped with its request id and session on the way in
+(``request_context.tagged``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
 from .._core.errors import ConfigError
-from .._core.events import Event
+from .._core.events import Event, EventsDropped
+from .request_context import tagged
 
-__all__ = ["DEFAULT_BUFFER", "Delivery", "EventHub", "EventStatistics"]
+__all__ = ["DEFAULT_BUFFER", "LOSS_REPORT_S", "Delivery", "EventHub", "EventStatistics"]
 
 #: Events a subscriber may fall behind by before it starts losing them. Generous for a
 #: consumer that writes JSON lines; size real buffers from ``statistics().peak_buffer_used``.
 DEFAULT_BUFFER = 256
+
+#: How soon after a loss the reporter sends its ``events.dropped`` notice: half the 100 ms
+#: a dashboard may stay wrong, so one missed tick still keeps the promise. Losses within one
+#: interval share a notice.
+LOSS_REPORT_S = 0.05
 
 
 @attrs.frozen(kw_only=True)
@@ -57,9 +70,17 @@ class EventStatistics:
 @attrs.define(eq=False)
 class _Subscriber:
     send: trio.MemorySendChannel[Delivery]
+    #: Slots ``publish`` may fill; the channel has one more, for the loss notice.
+    buffer: int
     # Lost since the last event that went into this subscriber's buffer. The buffer is FIFO,
     # so that is also the count lost since the last event the subscriber *received*.
     pending_dropped: int = 0
+
+    def offer(self, delivery: Delivery, limit: int) -> None:
+        """``send_nowait`` as if the channel held ``limit`` items (raises ``WouldBlock``)."""
+        if self.send.statistics().current_buffer_used >= limit:
+            raise trio.WouldBlock
+        self.send.send_nowait(delivery)
 
 
 class EventHub:
@@ -76,6 +97,8 @@ class EventHub:
         self._published = 0
         self._dropped = 0
         self._closed = False
+        #: Set while some subscriber has a loss not yet reported.
+        self._losses = trio.Event()
 
     def publish(self, event: Event) -> None:
         """Offer ``event`` to every subscriber; never blocks, never checkpoints.
@@ -90,13 +113,15 @@ class EventHub:
         if self._closed:
             return
         self._published += 1
+        event = tagged(event)
         gone: list[_Subscriber] = []
         for sub in self._subscribers:
             try:
-                sub.send.send_nowait(Delivery(event=event, dropped=sub.pending_dropped))
+                sub.offer(Delivery(event=event, dropped=sub.pending_dropped), sub.buffer)
             except trio.WouldBlock:
                 sub.pending_dropped += 1
                 self._dropped += 1
+                self._losses.set()
             except trio.BrokenResourceError:
                 gone.append(sub)
             else:
@@ -104,9 +129,45 @@ class EventHub:
         for sub in gone:
             self._remove(sub)
 
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The loss reporter: within ``LOSS_REPORT_S`` of a loss, tell the subscriber.
+
+        It sleeps on an event while nothing is lost, so an idle engine costs nothing. A
+        notice goes into the slot ``publish`` leaves free; when an unread notice already
+        fills it, the reporter tries again each interval until the subscriber has read.
+        """
+        task_status.started()
+        while True:
+            await self._losses.wait()
+            if self._closed:
+                return
+            await trio.sleep(LOSS_REPORT_S)
+            if self._report_losses():
+                self._losses = trio.Event()  # no checkpoint since the look: none is missed
+
+    def _report_losses(self) -> bool:
+        """Send each pending loss as a notice; ``True`` when none is left unreported."""
+        reported_all = True
+        gone: list[_Subscriber] = []
+        for sub in self._subscribers:
+            if sub.pending_dropped == 0:
+                continue
+            count = sub.pending_dropped
+            try:
+                sub.offer(Delivery(event=EventsDropped(count=count), dropped=count), sub.buffer + 1)
+            except trio.WouldBlock:
+                reported_all = False
+            except trio.BrokenResourceError:
+                gone.append(sub)
+            else:
+                sub.pending_dropped = 0
+        for sub in gone:
+            self._remove(sub)
+        return reported_all
+
     @asynccontextmanager
     async def subscribe(
-        self, *, buffer: int = DEFAULT_BUFFER
+        self, *, buffer: int = DEFAULT_BUFFER, first: Callable[[], Event] | None = None
     ) -> AsyncIterator[trio.MemoryReceiveChannel[Delivery]]:
         """Receive every event published from now on, as :class:`Delivery` items.
 
@@ -118,6 +179,9 @@ class EventHub:
 
         Args:
             buffer: events this subscriber may fall behind by before it loses them.
+            first: makes the subscription's first delivery (the engine's state), called
+                as the subscriber is registered, so no event falls between the two. It
+                takes one of the ``buffer`` slots until it is read.
 
         Yields:
             The subscriber's receive channel, an async iterator of deliveries. It ends when
@@ -138,11 +202,14 @@ class EventHub:
         # A checkpoint like any trio operation; nothing is registered yet, so a cancel here
         # leaves nothing behind.
         await trio.lowlevel.checkpoint()
-        send, receive = trio.open_memory_channel[Delivery](buffer)
-        sub = _Subscriber(send)
+        # One slot more than ``buffer``: the loss notice's, which ``publish`` never fills.
+        send, receive = trio.open_memory_channel[Delivery](buffer + 1)
+        sub = _Subscriber(send, buffer)
         if self._closed:
             send.close()
         else:
+            if first is not None:
+                send.send_nowait(Delivery(event=first()))
             self._subscribers.append(sub)
         try:
             with receive:
@@ -156,6 +223,7 @@ class EventHub:
         Idempotent. Later :meth:`publish` calls do nothing; later subscriptions end at once.
         """
         self._closed = True
+        self._losses.set()  # the reporter wakes, sees the hub closed, and ends
         subscribers, self._subscribers = self._subscribers, []
         for sub in subscribers:
             sub.send.close()

@@ -59,6 +59,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .one_shot import OneShot
 from .recall import Recall
+from .request_context import RequestTag, current, serving
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
 
@@ -90,6 +91,8 @@ class StepSelection:
             (tools of the servers it dropped are not shown, ``always_active`` ones aside).
         explanations: when asked for (``explain=``), one ``Explanation`` per shown tool,
             then one per asked-about hidden tool; empty otherwise.
+        request_id: the id of the ``Engine.prepare_step`` call; the step's events
+            (``step.finished``, ``routing.finished``, a ``fail_open``) carry the same.
     """
 
     tool_ids: tuple[str, ...] | None
@@ -102,6 +105,7 @@ class StepSelection:
     system_prompts: tuple[str, ...] = ()
     routing: RoutingOutcome | None = None
     explanations: tuple[Explanation, ...] = ()
+    request_id: str | None = None
 
     def explanation(self, tool_id: str) -> Explanation | None:
         """The explanation of ``tool_id``, ``None`` when it was not explained."""
@@ -124,6 +128,7 @@ class PrepareStep:
     access: ToolAccess
     scope: trio.CancelScope
     reply: OneShot[StepSelection | Exception]
+    tag: RequestTag | None  # the caller's request: the step's events and result carry it
 
 
 @attrs.frozen(eq=False)
@@ -136,6 +141,7 @@ class RouteSession:
     session: str
     scope: trio.CancelScope
     reply: OneShot[RoutingOutcome | Exception]
+    tag: RequestTag | None
 
 
 StepRequest = PrepareStep | RouteSession
@@ -259,7 +265,7 @@ class Steps:
         if reply.abandoned:
             return  # the caller gave up while it was queued: it costs nothing
         try:
-            with request.scope:
+            with request.scope, serving(request.tag):
                 match request:
                     case PrepareStep():
                         request.reply.deliver(await _attempt(self._prepare(request, state)))
@@ -331,7 +337,7 @@ class Steps:
             check_known(ask, self._keeper.snapshot.source, "explain")
         reply = OneShot[StepSelection | Exception]()
         request = PrepareStep(
-            messages, session, force, release, ask, access, trio.CancelScope(), reply
+            messages, session, force, release, ask, access, trio.CancelScope(), reply, current()
         )
         result = await self._ask(request, reply)
         if isinstance(result, Exception):
@@ -352,7 +358,7 @@ class Steps:
         session's memory (no cache, no sticky servers), in the caller's task.
         """
         reply = OneShot[RoutingOutcome | Exception]()
-        request = RouteSession(query, servers, session, trio.CancelScope(), reply)
+        request = RouteSession(query, servers, session, trio.CancelScope(), reply, current())
         result = await self._ask(request, reply)
         if isinstance(result, Exception):
             raise result
@@ -371,12 +377,14 @@ class Steps:
     def _unserved(self, messages: Messages) -> StepSelection:
         reason = "the step service is not running"
         self._publish(FailOpen(operation="prepare_step", what_failed="steps", reason=reason))
+        tag = current()
         return StepSelection(
             tool_ids=None,
             query=extract_query(messages),
             page=0,
             outcome=Outcome.FAILED_OPEN,
             reason=reason,
+            request_id=tag.request_id if tag is not None else None,
         )
 
     async def _step(
@@ -473,11 +481,13 @@ class Steps:
     def _finished(
         pick: StepPick, sets: Sequence[ToolSet], started: float, routing: RoutingOutcome | None
     ) -> StepSelection:
+        tag = current()
         return StepSelection(
             **attrs.asdict(pick, recurse=False),
             latency_ms=(time.perf_counter() - started) * 1000.0,
             system_prompts=tuple(system_prompts(sets, pick.active_sets)),
             routing=routing,
+            request_id=tag.request_id if tag is not None else None,
         )
 
     async def search_tools(

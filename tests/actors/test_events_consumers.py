@@ -53,8 +53,11 @@ async def test_every_event_of_a_session_step_carries_its_session_and_request_id(
         other = await engine.prepare_step("post the summary", session="s-2")
         await trio.testing.wait_all_tasks_blocked()
         got = [d.event for d in drain(events)]
-    assert step.request_id and other.request_id and step.request_id != other.request_id
-    assert step.routing is not None and step.routing.request_id == step.request_id
+    assert step.request_id
+    assert other.request_id
+    assert step.request_id != other.request_id
+    assert step.routing is not None
+    assert step.routing.request_id == step.request_id
     first = [e for e in got if getattr(e, "request_id", None) == step.request_id]
     assert [type(e) for e in first] == [RoutingFinished, FailOpen, StepFinished]
     assert all(e.session == "s-1" for e in first)  # type: ignore[union-attr]
@@ -164,24 +167,28 @@ async def test_a_keyword_only_engine_reports_no_warm_up_and_a_failed_one_says_wh
         await engine.ready()
         async with engine.subscribe() as events:
             degraded = events.receive_nowait().event
-    assert isinstance(keyword_only, SubscriptionStarted) and keyword_only.warmup == "none"
-    assert isinstance(degraded, SubscriptionStarted) and degraded.warmup == "degraded"
+    assert isinstance(keyword_only, SubscriptionStarted)
+    assert keyword_only.warmup == "none"
+    assert isinstance(degraded, SubscriptionStarted)
+    assert degraded.warmup == "degraded"
     assert degraded.warmup_reason
 
 
 async def test_a_quiet_subscriber_learns_its_loss_within_100_ms(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine:
-        async with engine.subscribe(buffer=2) as events:
-            # The snapshot and one selection fill the buffer; four more are lost.
-            for _ in range(5):
-                await engine.select("open an issue")
-            lost_at = trio.current_time()
-            assert engine.statistics().events.dropped == 4
-            # Nothing else happens; the reader waits for the notice behind the two.
-            got = [await events.receive() for _ in range(3)]
-            learned_at = trio.current_time()
+    async with (
+        open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
+        engine.subscribe(buffer=2) as events,
+    ):
+        # The snapshot and one selection fill the buffer; four more are lost.
+        for _ in range(5):
+            await engine.select("open an issue")
+        lost_at = trio.current_time()
+        assert engine.statistics().events.dropped == 4
+        # Nothing else happens; the reader waits for the notice behind the two.
+        got = [await events.receive() for _ in range(3)]
+        learned_at = trio.current_time()
     assert [type(d.event) for d in got] == [SubscriptionStarted, SelectionFinished, EventsDropped]
     notice = got[2]
     assert isinstance(notice.event, EventsDropped)
@@ -193,20 +200,23 @@ async def test_a_quiet_subscriber_learns_its_loss_within_100_ms(
 async def test_a_loss_after_an_unread_notice_is_reported_once_the_reader_reads(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    async with open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine:
-        async with engine.subscribe(buffer=1, snapshot=False) as events:
-            await engine.select("a")  # fills the buffer
-            await engine.select("b")  # lost
-            await trio.sleep(0.1)  # the notice takes the reserved slot
-            await engine.select("c")  # lost, with the notice still unread
-            await trio.sleep(0.5)  # no room: the reporter keeps the count
-            got = [await events.receive() for _ in range(2)]
-            read_at = trio.current_time()
-            late = await events.receive()
-            late_at = trio.current_time()
+    async with (
+        open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
+        engine.subscribe(buffer=1, snapshot=False) as events,
+    ):
+        await engine.select("a")  # fills the buffer
+        await engine.select("b")  # lost
+        await trio.sleep(0.1)  # the notice takes the reserved slot
+        await engine.select("c")  # lost, with the notice still unread
+        await trio.sleep(0.5)  # no room: the reporter keeps the count
+        got = [await events.receive() for _ in range(2)]
+        read_at = trio.current_time()
+        late = await events.receive()
+        late_at = trio.current_time()
     assert [(type(d.event), d.dropped) for d in got] == [
         (SelectionFinished, 0),
         (EventsDropped, 1),
     ]
-    assert isinstance(late.event, EventsDropped) and late.dropped == 1
+    assert isinstance(late.event, EventsDropped)
+    assert late.dropped == 1
     assert late_at - read_at <= 0.1

@@ -17,6 +17,13 @@ trio runs as a guest on the host's asyncio loop, in the same thread
 engine opened on that loop (one per catalogue) and stops when the last one closes.
 Cancelling an awaitable (as a web server does when a client goes away) cancels the trio work
 behind it.
+
+A web server stops in two steps: it waits for the responses still open, then runs the
+lifespan's shutdown (where the engine closes). A subscription streamed to a client would hold
+the first step for ever, so the guest run ends every subscription when the process is asked
+to stop (SIGINT or SIGTERM, chained before the handler that was installed, as uvicorn's is),
+and a stop that cancels the host's tasks (a second Ctrl-C) still waits for the guest run to
+finish before the loop closes.
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import signal
+import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
+from types import FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
@@ -61,6 +71,10 @@ _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GuestRun] = (
 )
 
 
+#: The signals that ask a server to stop: each ends the streams still open (see the module).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _retrieved(future: asyncio.Future[None]) -> None:
     # Every waiter gets the run's error; this only keeps asyncio from logging it again as
     # "never retrieved" when the waiters had gone (cancelled) before it came.
@@ -87,6 +101,11 @@ class _GuestRun:
         self._done: asyncio.Future[None] = loop.create_future()
         self._started.add_done_callback(_retrieved)
         self._done.add_done_callback(_retrieved)
+        #: Open subscriptions' channels, ended when the process is asked to stop.
+        self.streams: set[trio.MemoryReceiveChannel[Delivery]] = set()
+        #: Set by a stop signal: streams end, and new ones end at once.
+        self.streams_ended = False
+        self._chained: dict[int, Any] = {}
 
     def start(self) -> None:
         trio.lowlevel.start_guest_run(
@@ -95,6 +114,43 @@ class _GuestRun:
             done_callback=self._finished,
             host_uses_signal_set_wakeup_fd=True,
         )
+        self._chain_stop_signals()
+
+    def _chain_stop_signals(self) -> None:
+        # Signal handlers belong to the main thread. A signal left to the OS (SIG_DFL, or
+        # ignored) is left alone: no Python code runs for it, so there is nothing to chain.
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number in STOP_SIGNALS:
+            previous = signal.getsignal(number)
+            if callable(previous):
+                self._chained[number] = previous
+                signal.signal(number, self._on_stop_signal)
+
+    def _unchain_stop_signals(self) -> None:
+        for number, previous in self._chained.items():
+            # Only ours is put back; a handler installed after ours stays.
+            if signal.getsignal(number) == self._on_stop_signal:
+                signal.signal(number, previous)
+        self._chained.clear()
+
+    def _on_stop_signal(self, number: int, frame: FrameType | None) -> None:
+        # A signal handler runs between two bytecodes of whatever the loop was doing, so it
+        # only schedules the work; then the handler that was there before runs as it would.
+        with contextlib.suppress(RuntimeError):  # the loop closed under us: nothing is open
+            self.loop.call_soon_threadsafe(self.end_streams)
+        previous = self._chained.get(number)
+        if callable(previous):
+            previous(number, frame)
+
+    def end_streams(self) -> None:
+        """End every open subscription: its iteration stops (what is buffered is dropped)."""
+        self.streams_ended = True
+        if self._token is None:
+            return
+        for channel in list(self.streams):
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(channel.close)
 
     async def wait_started(self) -> None:
         """Until the run takes jobs; raises the run's error if it ended before that."""
@@ -130,6 +186,7 @@ class _GuestRun:
             nursery.cancel_scope.cancel("asyncio host closed the last engine")
 
     def _finished(self, result: outcome.Outcome[None]) -> None:
+        self._unchain_stop_signals()
         if _hosts.get(self.loop) is self:
             del _hosts[self.loop]
         error = result.error if isinstance(result, outcome.Error) else None
@@ -215,7 +272,27 @@ async def _guest() -> AsyncIterator[_GuestRun]:
         yield host
     finally:
         if _leave(host):
-            await host.wait_finished()
+            await _despite_cancellation(host.wait_finished())
+
+
+async def _despite_cancellation(waiting: Awaitable[None]) -> None:
+    """Await ``waiting`` to its end even if this task is cancelled meanwhile, then re-raise
+    the cancellation: a host stopping its tasks (``asyncio.run``'s end, a forced server
+    exit) must not close the loop under a guest run that is still finishing. The run ends
+    within the engine's shutdown grace, so the wait is bounded."""
+    task = asyncio.ensure_future(waiting)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # the wait itself was cancelled: nothing left to protect
+            cancelled = True
+            continue
+        break
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _join(loop: asyncio.AbstractEventLoop) -> _GuestRun:
@@ -292,6 +369,8 @@ class _Deliveries:
         return self
 
     async def __anext__(self) -> Delivery:
+        if self._host.streams_ended:
+            raise StopAsyncIteration
         try:
             return await self._host.call(self._channel.receive)
         except (trio.EndOfChannel, trio.ClosedResourceError):
@@ -377,7 +456,11 @@ class AsyncioEngine:
             _guest() as host,
             host.entered(lambda: self.engine.subscribe(buffer, snapshot=snapshot)) as channel,
         ):
-            yield _Deliveries(host, channel)
+            host.streams.add(channel)
+            try:
+                yield _Deliveries(host, channel)
+            finally:
+                host.streams.discard(channel)
 
     ready = _forward(Engine.ready)
     select = _forward(Engine.select)

@@ -345,10 +345,10 @@ class EventsDropped(_EventBase):
     """This subscriber lost ``count`` events to its full buffer since its last delivery.
 
     Sent on its own, without waiting for the next event, so a quiet subscriber learns of
-    its loss: the hub reserves one buffer slot for it and sends it within
-    ``LOSS_REPORT_S`` of the loss (or, if that slot is taken by an unread notice, within
-    ``LOSS_REPORT_S`` of the subscriber reading again). ``Delivery.dropped`` carries the
-    same count; each loss is counted once, by this event or by the next delivery.
+    its loss: each subscriber's channel keeps one slot for it, and it is sent the moment
+    an event is lost (or, while the last notice is still unread, within 50 ms of the
+    subscriber reading that one). ``Delivery.dropped`` carries the same count; each loss
+    is counted once, by this event or by the next event delivered.
 
     Attributes:
         count: events lost since the delivery before this one.

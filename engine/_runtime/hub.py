@@ -7,15 +7,18 @@ A ``MemorySendChannel.clone()`` would share work, not broadcast, so each subscri
 its own channel (STYLE §4).
 
 A subscriber that stops hearing from the engine must still learn that it lost events, so
-each channel holds one slot more than the subscriber's buffer: ``publish`` never fills it,
-and the hub's reporter (:meth:`EventHub.run`) puts an ``events.dropped`` notice there within
-``LOSS_REPORT_S`` of a loss, whether or not anything else is published. Events published
+each channel holds one slot more than the subscriber's buffer, for an ``events.dropped``
+notice: ``publish`` sends one the moment it loses an event, and when the last notice is
+still unread the hub's reporter (:meth:`EventHub.run`) sends the rest within
+``LOSS_REPORT_S`` of the subscriber reading it, whether or not anything else is
+published. Events published
 inside a public call are stamped with its request id and session on the way in
 (``request_context.tagged``).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -67,20 +70,70 @@ class EventStatistics:
     dropped: int
 
 
+class _Offered(enum.Enum):
+    DELIVERED = "delivered"
+    LOST_REPORTED = "lost, and a notice says so"
+    LOST_PENDING = "lost, to be reported once the unread notice is read"
+
+
 @attrs.define(eq=False)
 class _Subscriber:
-    send: trio.MemorySendChannel[Delivery]
-    #: Slots ``publish`` may fill; the channel has one more, for the loss notice.
-    buffer: int
-    # Lost since the last event that went into this subscriber's buffer. The buffer is FIFO,
-    # so that is also the count lost since the last event the subscriber *received*.
-    pending_dropped: int = 0
+    """One subscriber's channel and its loss bookkeeping.
 
-    def offer(self, delivery: Delivery, limit: int) -> None:
-        """``send_nowait`` as if the channel held ``limit`` items (raises ``WouldBlock``)."""
-        if self.send.statistics().current_buffer_used >= limit:
-            raise trio.WouldBlock
-        self.send.send_nowait(delivery)
+    The channel holds ``buffer`` events plus one ``events.dropped`` notice. At most one
+    notice is unread at a time, so notices never crowd events out: a subscriber that falls
+    behind still receives events, with the losses between them counted.
+    """
+
+    send: trio.MemorySendChannel[Delivery]
+    #: Events the subscriber may fall behind by; the channel has one slot more.
+    buffer: int
+    # Lost since the last delivery put into the channel. The channel is FIFO, so that is
+    # also the count lost since the last delivery the subscriber *received*.
+    pending_dropped: int = 0
+    #: Deliveries ever put into the channel; minus those still in it, those received.
+    sent: int = 0
+    #: The sequence number of the last notice sent (-1: none yet).
+    notice_at: int = -1
+
+    def put(self, delivery: Delivery) -> None:
+        self.send.send_nowait(delivery)  # never blocks: the slots are counted before
+        self.sent += 1
+        self.pending_dropped = 0
+
+    def notice_unread(self, used: int) -> bool:
+        return self.notice_at >= self.sent - used
+
+    def offer(self, event: Event) -> _Offered:
+        """Put ``event`` in the channel if an event slot is free (carrying the count of
+        losses before it); else count the loss, and send a notice at once if none is
+        unread (the first loss of a burst is told with no delay).
+
+        Raises:
+            BrokenResourceError: the subscriber left.
+        """
+        used = self.send.statistics().current_buffer_used
+        unread = self.notice_unread(used)
+        if used - unread < self.buffer:
+            self.put(Delivery(event=event, dropped=self.pending_dropped))
+            return _Offered.DELIVERED
+        self.pending_dropped += 1
+        if unread:
+            return _Offered.LOST_PENDING
+        self.report()
+        return _Offered.LOST_REPORTED
+
+    def report(self) -> bool:
+        """Send the pending count as a notice, unless one is unread; ``True`` when sent."""
+        if self.pending_dropped == 0:
+            return True
+        used = self.send.statistics().current_buffer_used
+        if self.notice_unread(used):
+            return False
+        count = self.pending_dropped
+        self.notice_at = self.sent
+        self.put(Delivery(event=EventsDropped(count=count), dropped=count))
+        return True
 
 
 class EventHub:
@@ -117,24 +170,26 @@ class EventHub:
         gone: list[_Subscriber] = []
         for sub in self._subscribers:
             try:
-                sub.offer(Delivery(event=event, dropped=sub.pending_dropped), sub.buffer)
-            except trio.WouldBlock:
-                sub.pending_dropped += 1
-                self._dropped += 1
-                self._losses.set()
+                offered = sub.offer(event)
             except trio.BrokenResourceError:
                 gone.append(sub)
-            else:
-                sub.pending_dropped = 0
+                continue
+            if offered is not _Offered.DELIVERED:
+                self._dropped += 1
+            if offered is _Offered.LOST_PENDING:
+                self._losses.set()  # the reporter tells it once the notice is read
         for sub in gone:
             self._remove(sub)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The loss reporter: within ``LOSS_REPORT_S`` of a loss, tell the subscriber.
+        """The loss reporter, for losses ``publish`` could not tell at once.
 
-        It sleeps on an event while nothing is lost, so an idle engine costs nothing. A
-        notice goes into the slot ``publish`` leaves free; when an unread notice already
-        fills it, the reporter tries again each interval until the subscriber has read.
+        ``publish`` sends a loss notice the moment it loses an event, unless the
+        subscriber has not read the last notice yet; such losses wait here. Each
+        ``LOSS_REPORT_S`` the reporter sends them to every subscriber that has read its
+        notice since, until none is left, so a subscriber learns them within
+        ``LOSS_REPORT_S`` of reading even when nothing else is published. It sleeps on an
+        event while nothing is pending: an idle engine costs nothing.
         """
         task_status.started()
         while True:
@@ -150,17 +205,10 @@ class EventHub:
         reported_all = True
         gone: list[_Subscriber] = []
         for sub in self._subscribers:
-            if sub.pending_dropped == 0:
-                continue
-            count = sub.pending_dropped
             try:
-                sub.offer(Delivery(event=EventsDropped(count=count), dropped=count), sub.buffer + 1)
-            except trio.WouldBlock:
-                reported_all = False
+                reported_all &= sub.report()
             except trio.BrokenResourceError:
                 gone.append(sub)
-            else:
-                sub.pending_dropped = 0
         for sub in gone:
             self._remove(sub)
         return reported_all
@@ -209,7 +257,7 @@ class EventHub:
             send.close()
         else:
             if first is not None:
-                send.send_nowait(Delivery(event=first()))
+                sub.put(Delivery(event=first()))
             self._subscribers.append(sub)
         try:
             with receive:

@@ -9,7 +9,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute._core.events import EventsDropped, WarmupProgress
+from toolroute._core.events import EventsDropped, SubscriptionStarted, WarmupProgress
 from toolroute._runtime.hub import Delivery, EventHub
 
 OPS = st.lists(
@@ -22,7 +22,13 @@ OPS = st.lists(
 )
 
 
-def run_in_virtual_time(ops: list[tuple[str, float]], buffer: int) -> list[Delivery]:
+def state() -> SubscriptionStarted:
+    return SubscriptionStarted(warmup="none", catalog_version=0, tools=1, fast_tier="off")
+
+
+def run_in_virtual_time(
+    ops: list[tuple[str, float]], buffer: int, snapshot: bool = False
+) -> list[Delivery]:
     got: list[Delivery] = []
 
     async def main() -> None:
@@ -30,7 +36,8 @@ def run_in_virtual_time(ops: list[tuple[str, float]], buffer: int) -> list[Deliv
         published = 0
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
-            async with hub.subscribe(buffer=buffer) as deliveries:
+            first = state if snapshot else None
+            async with hub.subscribe(buffer=buffer, first=first) as deliveries:
                 for op, amount in ops:
                     if op == "publish":
                         for _ in range(int(amount)):
@@ -53,7 +60,10 @@ def run_in_virtual_time(ops: list[tuple[str, float]], buffer: int) -> list[Deliv
                     break
                 learned_at = trio.current_time() - 0.1  # when the last delivery came
             nursery.cancel_scope.cancel()
-        events = [d.event for d in got if not isinstance(d.event, EventsDropped)]
+        if snapshot:
+            assert isinstance(got[0].event, SubscriptionStarted)
+        assert sum(isinstance(d.event, SubscriptionStarted) for d in got) == snapshot
+        events = [d.event for d in got if isinstance(d.event, WarmupProgress)]
         counted = sum(d.dropped for d in got)
         assert len(events) + counted == published  # delivered or counted, never both
         assert counted == hub.statistics().dropped
@@ -69,11 +79,11 @@ def run_in_virtual_time(ops: list[tuple[str, float]], buffer: int) -> list[Deliv
     return got
 
 
-@given(ops=OPS, buffer=st.integers(1, 5))
+@given(ops=OPS, buffer=st.integers(1, 5), snapshot=st.booleans())
 def test_every_event_is_delivered_or_counted_and_a_quiet_reader_learns_the_count(
-    ops: list[tuple[str, float]], buffer: int
+    ops: list[tuple[str, float]], buffer: int, snapshot: bool
 ) -> None:
-    run_in_virtual_time(ops, buffer)
+    run_in_virtual_time(ops, buffer, snapshot)
 
 
 def test_a_reader_that_never_falls_behind_gets_no_notice() -> None:

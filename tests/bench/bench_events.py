@@ -14,7 +14,9 @@ For each subscriber it prints: events published while it listened, events delive
 counted (``Delivery.dropped``, ``events.dropped`` notices), and the silent loss (published
 − delivered − counted; it must be 0). For each loss it reads, from the reference, when the
 lost event was made and when the delivery that counted it was put in the subscriber's queue
-(the notice's or event's ``time``): ``counted_after_ms`` is that delay, p50 and max. A
+(the notice's or event's ``time``): ``counted_after_ms`` is that delay, p50 and max. It
+includes the time the subscriber took to read the notice that held its spare slot (its own
+backlog); ``hub_delay_ms`` leaves that out: from the later of the loss and that read. A
 ``stalled`` subscriber cannot be told while its one spare slot holds an unread notice, so
 its figure is ``learned_after_read_ms``: from its first read to its last loss counted.
 Prints one JSON line per subscriber, then a summary line.
@@ -42,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 class Subscriber:
     def __init__(self, name: str, buffer: int, work_s: float, stalled: bool) -> None:
         self.name, self.buffer, self.work_s, self.stalled = name, buffer, work_s, stalled
-        self.got: list[tuple[Delivery, float]] = []  # delivery, monotonic time read
+        self.got: list[tuple[Delivery, float]] = []  # delivery, wall-clock time read
         self.started_reading = 0.0
         self.subscribed = asyncio.Event()
         self.rounds_done = asyncio.Event()
@@ -50,17 +52,17 @@ class Subscriber:
     async def listen(self, engine: toolroute_asyncio.AsyncioEngine, stop: asyncio.Event) -> None:
         async with engine.subscribe(buffer=self.buffer) as deliveries:
             iterator = aiter(deliveries)
-            self.got.append((await anext(iterator), time.monotonic()))  # the snapshot
+            self.got.append((await anext(iterator), time.time()))  # the snapshot
             self.subscribed.set()
             if self.stalled:
                 await self.rounds_done.wait()
-            self.started_reading = time.monotonic()
+            self.started_reading = time.time()
             while not stop.is_set():
                 try:
                     delivery = await asyncio.wait_for(anext(iterator), timeout=0.25)
                 except TimeoutError:
                     continue
-                self.got.append((delivery, time.monotonic()))
+                self.got.append((delivery, time.time()))
                 if self.work_s:
                     await asyncio.sleep(self.work_s)
 
@@ -71,27 +73,34 @@ def events_of(sub: Subscriber) -> list[Event]:
     ]
 
 
-def loss_delays(sub: Subscriber, reference: list[Event]) -> tuple[list[float], int]:
-    """Per lost event, seconds from its making to the delivery that counted it; and how
-    many losses the reference could not place (must be 0: counts are exact)."""
+def loss_delays(sub: Subscriber, reference: list[Event]) -> tuple[list[float], list[float], int]:
+    """Per lost event, seconds from its making to the delivery that counted it being put in
+    the subscriber's queue; the same from the later of its making and the subscriber's
+    reading the notice that held the spare slot (the hub's own delay); and how many losses
+    the reference could not place (must be 0: counts are exact)."""
     position = {id(event): i for i, event in enumerate(reference)}
     at = 0  # the next reference event not yet delivered nor counted
     delays: list[float] = []
+    hub_delays: list[float] = []
     misplaced = 0
-    for delivery, _ in sub.got:
+    notice_read = 0.0  # when the subscriber read its last notice
+    for delivery, read_at in sub.got:
         event = delivery.event
         if isinstance(event, SubscriptionStarted):
             continue
         lost = reference[at : at + delivery.dropped]
         delays.extend(event.time - e.time for e in lost)
+        hub_delays.extend(max(0.0, event.time - max(e.time, notice_read)) for e in lost)
         at += delivery.dropped
+        if isinstance(event, EventsDropped):
+            notice_read = read_at
         if not isinstance(event, EventsDropped):
             index = position.get(id(event))
             if index != at:
                 misplaced += 1
                 at = index if index is not None else at
             at += 1
-    return delays, misplaced
+    return delays, hub_delays, misplaced
 
 
 def percentile_ms(values: list[float], q: float) -> float | None:
@@ -151,7 +160,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for s in subscribers:
         delivered = len(events_of(s))
         counted = sum(d.dropped for d, _ in s.got)
-        delays, misplaced = loss_delays(s, reference)
+        delays, hub_delays, misplaced = loss_delays(s, reference)
         row: dict[str, Any] = {
             "subscriber": s.name,
             "buffer": s.buffer,
@@ -168,6 +177,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         elif delays:
             row["counted_after_ms_p50"] = percentile_ms(delays, 0.5)
             row["counted_after_ms_max"] = percentile_ms(delays, 1.0)
+            row["hub_delay_ms_p50"] = percentile_ms(hub_delays, 0.5)
+            row["hub_delay_ms_max"] = percentile_ms(hub_delays, 1.0)
         rows.append(row)
     rows.append(
         {

@@ -359,22 +359,54 @@ def _in_guest(function: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any,
 
 
 class _Deliveries:
-    """A subscription's deliveries as an asyncio async iterator."""
+    """A subscription's deliveries as an asyncio async iterator.
+
+    A cancelled ``__anext__`` (``asyncio.wait_for`` with a timeout, say) leaves its trio
+    receive running, and the next ``__anext__`` takes its delivery: cancelling the receive
+    itself could lose a delivery taken from the channel just before the cancel landed, and
+    a lost delivery would be a loss nobody counts.
+    """
 
     def __init__(self, host: _GuestRun, channel: trio.MemoryReceiveChannel[Delivery]) -> None:
         self._host = host
         self._channel = channel
+        self._receiving: asyncio.Future[Delivery] | None = None
 
     def __aiter__(self) -> _Deliveries:
         return self
 
     async def __anext__(self) -> Delivery:
-        if self._host.streams_ended:
-            raise StopAsyncIteration
+        if self._receiving is None:
+            if self._host.streams_ended:
+                raise StopAsyncIteration
+            self._receiving = asyncio.ensure_future(self._host.call(self._channel.receive))
+        receiving = self._receiving
         try:
-            return await self._host.call(self._channel.receive)
+            delivery = await asyncio.shield(receiving)  # a cancel here leaves it running
         except (trio.EndOfChannel, trio.ClosedResourceError):
+            self._receiving = None
             raise StopAsyncIteration from None
+        except asyncio.CancelledError:
+            # Cancelled while its delivery was on the way, or before: either way the next
+            # ``__anext__`` takes it. Only a receive cancelled itself (shutdown) is gone.
+            if receiving.cancelled():
+                self._receiving = None
+            raise
+        self._receiving = None
+        return delivery
+
+    def close(self) -> None:
+        """Stop the receive still running (the subscription is ending)."""
+        receiving, self._receiving = self._receiving, None
+        if receiving is not None:
+            receiving.add_done_callback(_retrieved_delivery)
+            receiving.cancel()
+
+
+def _retrieved_delivery(future: asyncio.Future[Delivery]) -> None:
+    # The subscriber has gone: its last receive's result or error is nobody's to see.
+    if not future.cancelled():
+        future.exception()
 
 
 class AsyncioEngine:
@@ -457,10 +489,12 @@ class AsyncioEngine:
             host.entered(lambda: self.engine.subscribe(buffer, snapshot=snapshot)) as channel,
         ):
             host.streams.add(channel)
+            deliveries = _Deliveries(host, channel)
             try:
-                yield _Deliveries(host, channel)
+                yield deliveries
             finally:
                 host.streams.discard(channel)
+                deliveries.close()
 
     ready = _forward(Engine.ready)
     select = _forward(Engine.select)

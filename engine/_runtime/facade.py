@@ -277,7 +277,9 @@ class Engine(metaclass=NoPublicConstructor):
         )
         access = request_access(allow, deny, tenant)
         with open_request("select"):
-            selection = await self._selector.select(query, strategy, policy, options, explain, access)
+            selection = await self._selector.select(
+                query, strategy, policy, options, explain, access
+            )
             return stamped(selection)
 
     async def prepare_step(
@@ -388,7 +390,8 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** none: ``decide`` is the raising form; use ``try_decide`` to fail open.
         """
         self._check_open("decide")
-        return await self._decisions.decide(request, provider)
+        with open_request("decide"):
+            return await self._decisions.decide(request, provider)
 
     async def try_decide(
         self,

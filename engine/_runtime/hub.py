@@ -28,6 +28,7 @@ import trio
 from .._core.errors import ConfigError
 from .._core.events import Event, EventsDropped
 from .request_context import tagged
+from .telemetry import count_dropped
 
 __all__ = ["DEFAULT_BUFFER", "LOSS_REPORT_S", "Delivery", "EventHub", "EventStatistics"]
 
@@ -168,6 +169,7 @@ class EventHub:
         self._published += 1
         event = tagged(event)
         gone: list[_Subscriber] = []
+        lost_before = self._dropped
         for sub in self._subscribers:
             try:
                 offered = sub.offer(event)
@@ -180,6 +182,8 @@ class EventHub:
                 self._losses.set()  # the reporter tells it once the notice is read
         for sub in gone:
             self._remove(sub)
+        if self._dropped != lost_before:
+            count_dropped(self._dropped - lost_before)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The loss reporter, for losses ``publish`` could not tell at once.

@@ -15,7 +15,6 @@ request carries the caller's :class:`RequestTag` in the message and enters it wi
 from __future__ import annotations
 
 import contextvars
-import functools
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 import attrs
 
 from .._core.events import Event, FailOpen
+from .telemetry import RequestSpan, request_span
 
 __all__ = ["RequestTag", "current", "open_request", "serving", "stamped", "tagged"]
 
@@ -35,11 +35,13 @@ _ID_BYTES = 8
 
 @attrs.frozen
 class RequestTag:
-    """One public call: what it is, its id, and its session (``None`` for none)."""
+    """One public call: what it is, its id, its session (``None`` for none), and its
+    OpenTelemetry span when telemetry is on."""
 
     operation: str
     request_id: str
     session: str | None = None
+    span: RequestSpan | None = attrs.field(default=None, eq=False)
 
 
 _current: contextvars.ContextVar[RequestTag | None] = contextvars.ContextVar(
@@ -54,10 +56,12 @@ def current() -> RequestTag | None:
 
 @contextmanager
 def open_request(operation: str, session: str | None = None) -> Iterator[RequestTag]:
-    """A new request id for ``operation``, current for the block."""
-    tag = RequestTag(operation, secrets.token_hex(_ID_BYTES), session)
-    with serving(tag):
-        yield tag
+    """A new request id for ``operation``, current for the block (with its span)."""
+    request_id = secrets.token_hex(_ID_BYTES)
+    with request_span(operation, request_id, session) as span:
+        tag = RequestTag(operation, request_id, session, span)
+        with serving(tag):
+            yield tag
 
 
 @contextmanager
@@ -79,14 +83,21 @@ def stamped(result: T) -> T:
     return attrs.evolve(result, request_id=tag.request_id)  # type: ignore[misc]
 
 
-@functools.cache
+_TAGGABLE: dict[type[Any], tuple[bool, bool]] = {}
+
+
 def _taggable(cls: type[Any]) -> tuple[bool, bool]:
-    names = attrs.fields_dict(cls)
-    return "session" in names, "request_id" in names
+    """Whether events of ``cls`` have a ``session`` and a ``request_id`` field (cached)."""
+    found = _TAGGABLE.get(cls)
+    if found is None:
+        names = attrs.fields_dict(cls)
+        found = _TAGGABLE[cls] = ("session" in names, "request_id" in names)
+    return found
 
 
 def tagged(event: Event) -> Event:
-    """``event`` with the current request's id and session filled in where it has room.
+    """``event`` with the current request's id and session filled in where it has room
+    (and recorded on the request's span).
 
     A field the emit site set is kept, but a ``fail_open``'s ``operation`` becomes the
     public call's name: the stage that failed (recall, say) serves ``select`` and
@@ -103,4 +114,8 @@ def tagged(event: Event) -> Event:
         changes["session"] = tag.session
     if isinstance(event, FailOpen) and event.operation != tag.operation:
         changes["operation"] = tag.operation
-    return attrs.evolve(event, **changes) if changes else event
+    if changes:
+        event = attrs.evolve(event, **changes)
+    if tag.span is not None:
+        tag.span.observe(event)
+    return event

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import signal
 import threading
 import weakref
@@ -73,6 +74,8 @@ _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GuestRun] = (
 
 #: The signals that ask a server to stop: each ends the streams still open (see the module).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+logger = logging.getLogger("toolroute.asyncio")
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:
@@ -145,6 +148,8 @@ class _GuestRun:
 
     def end_streams(self) -> None:
         """End every open subscription: its iteration stops (what is buffered is dropped)."""
+        if not self.streams_ended:
+            logger.info("stop requested: ending %d open subscription(s)", len(self.streams))
         self.streams_ended = True
         if self._token is None:
             return

@@ -27,6 +27,7 @@ import trio
 
 from .._core.errors import ConfigError
 from .._core.events import Event, EventsDropped
+from .event_log import log_event
 from .request_context import tagged
 from .telemetry import count_dropped
 
@@ -168,6 +169,7 @@ class EventHub:
             return
         self._published += 1
         event = tagged(event)
+        log_event(event)
         gone: list[_Subscriber] = []
         lost_before = self._dropped
         for sub in self._subscribers:

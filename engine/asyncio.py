@@ -470,7 +470,7 @@ class AsyncioEngine:
         self.engine.release_sets(session, names)
 
     def subscribe(
-        self, buffer: int | None = None, *, snapshot: bool = True
+        self, buffer: int | None = None, *, snapshot: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
         """As ``Engine.subscribe``, from asyncio::
 

@@ -59,7 +59,7 @@ def make_app(*, keyword_only: bool = False) -> Starlette:
         engine: AsyncioEngine = request.app.state.engine
 
         async def stream() -> AsyncIterator[str]:
-            async with engine.subscribe(buffer=64) as deliveries:
+            async with engine.subscribe(buffer=64, snapshot=True) as deliveries:
                 async for delivery in deliveries:
                     yield sse_frames(delivery)
 

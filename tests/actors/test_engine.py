@@ -149,7 +149,7 @@ async def test_events_report_selections_without_the_query(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
-        async with engine.subscribe(buffer=8, snapshot=False) as events:
+        async with engine.subscribe(buffer=8) as events:
             await engine.select("secret plans for the weather")
             delivery = await events.__anext__()
         event = getattr(delivery, "event", delivery)
@@ -289,7 +289,7 @@ async def test_update_re_embeds_only_what_changed(autojump_clock: trio.testing.M
         TOOLS, config=config, embedder=embedder, run_cpu=virtual_cpu(embedder)
     ) as engine:
         embedder.calls.clear()
-        async with engine.subscribe(buffer=8, snapshot=False) as events:
+        async with engine.subscribe(buffer=8) as events:
             await engine.update(
                 add=[Tool("play_music", "play_music", "Play a song or playlist")],
                 remove=["book_flight"],

@@ -84,7 +84,7 @@ async def test_routes_the_catalogue_servers_and_publishes_the_outcome(
     decider = ScriptedDecider({"weather", "maps"})
     async with (
         open_engine(CATALOG, config=config(), embedder=None, decider=decider) as engine,
-        engine.subscribe(snapshot=False) as events,
+        engine.subscribe() as events,
     ):
         outcome = await engine.route_servers("open an issue about the crash")
         delivery = await events.__anext__()
@@ -101,7 +101,7 @@ async def test_without_a_decider_routing_fails_open_with_an_event(
 ) -> None:
     async with (
         open_engine(CATALOG, config=config(), embedder=None, decider=None) as engine,
-        engine.subscribe(snapshot=False) as events,
+        engine.subscribe() as events,
     ):
         outcome = await engine.route_servers("open an issue")
         first, second = await events.__anext__(), await events.__anext__()
@@ -177,7 +177,7 @@ async def test_decide_and_try_decide_publish_decision_events(
     request = DecisionRequest(state="s", questions={"q__0": BooleanQuestion("is it?")})
     async with (
         open_engine(CATALOG, config=config(), embedder=None, decider=decider) as engine,
-        engine.subscribe(snapshot=False) as events,
+        engine.subscribe() as events,
     ):
         await engine.decide(request)
         decider.fail = True

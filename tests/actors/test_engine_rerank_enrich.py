@@ -82,7 +82,7 @@ async def test_rerank_failure_serves_recall_order_degraded_by_the_deadline(
     for generator in (ScriptedGenerator(hang=True), ScriptedGenerator(fail=True)):
         async with (
             open_engine(TOOLS, config=cfg, embedder=None, generator=generator) as engine,
-            engine.subscribe(snapshot=False) as events,
+            engine.subscribe() as events,
         ):
             start = trio.current_time()
             selection = await engine.select("send an email", max_tools=2)
@@ -141,7 +141,7 @@ async def test_enrichment_failure_keeps_the_original_text(
     generator = ScriptedGenerator(fail=True, delay=0.01)
     async with (
         open_engine(TOOLS, config=enrichment()(), embedder=None, generator=generator) as engine,
-        engine.subscribe(snapshot=False) as events,
+        engine.subscribe() as events,
     ):
         await engine.ready()
         with trio.fail_after(60):  # trio time: a lost event fails the test instead of hanging

@@ -38,7 +38,7 @@ async def test_statistics_count_what_every_service_did(
         assert empty.sessions == SessionStatistics(sessions=0, stepping=0, queued_steps=0)
         assert empty.decisions == DecisionStatistics(submitted=0, in_flight=0, unanswered=0)
 
-        async with engine.subscribe(buffer=4, snapshot=False) as events, trio.open_nursery() as nursery:
+        async with engine.subscribe(buffer=4) as events, trio.open_nursery() as nursery:
             request = DecisionRequest(state="s", questions={"q": BooleanQuestion("is it?")})
             nursery.start_soon(engine.try_decide, request)
             await trio.sleep(0.1)  # the decision is in flight: 0.5 s of vendor time

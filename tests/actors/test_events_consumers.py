@@ -3,10 +3,11 @@ starts from the engine's state, and a loss is reported even when nothing else ha
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
-from toolroute import Catalog, Outcome
+from toolroute import Catalog, ConfigError, Outcome
 from toolroute._core.config import EngineConfig, SelectionDefaults
 from toolroute._runtime.engine import open_engine
 from toolroute.events import (
@@ -46,7 +47,7 @@ async def test_every_event_of_a_session_step_carries_its_session_and_request_id(
     # No decider: routing fails open inside the step, so the step publishes three events.
     async with (
         open_engine(CATALOG, config=ROUTED, embedder=None, decider=None) as engine,
-        engine.subscribe(snapshot=False) as events,
+        engine.subscribe() as events,
     ):
         step = await engine.prepare_step("open an issue about the login bug", session="s-1")
         other = await engine.prepare_step("post the summary", session="s-2")
@@ -71,7 +72,7 @@ async def test_route_servers_fail_open_names_the_request_its_outcome_carries(
 ) -> None:
     async with (
         open_engine(CATALOG, config=ROUTED, embedder=None, decider=None) as engine,
-        engine.subscribe(snapshot=False) as events,
+        engine.subscribe() as events,
     ):
         with_session = await engine.route_servers("open an issue", session="s-9")
         without = await engine.route_servers("open an issue")
@@ -95,7 +96,7 @@ async def test_select_fail_open_carries_the_request_id_of_the_selection(
         CATALOG, config=config, embedder=embedder, run_cpu=inline_cpu(embedder)
     ) as engine:
         await engine.ready()
-        async with engine.subscribe(snapshot=False) as events:
+        async with engine.subscribe() as events:
             selection = await engine.select("weather in Oslo")
             again = await engine.select("weather in Oslo")
             await trio.testing.wait_all_tasks_blocked()
@@ -113,7 +114,7 @@ async def test_events_outside_a_call_carry_no_request(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine:
-        async with engine.subscribe(snapshot=False) as events:
+        async with engine.subscribe() as events:
             await engine.update(remove=["forecast"])
             got = [d.event for d in drain(events)]
         selection = await engine.select("weather")  # the context ended with the call
@@ -129,11 +130,11 @@ async def test_a_new_subscriber_first_receives_the_engine_state(
     async with open_engine(
         CATALOG, config=config, embedder=embedder, run_cpu=inline_cpu(embedder)
     ) as engine:
-        async with engine.subscribe() as early:
+        async with engine.subscribe(snapshot=True) as early:
             first = early.receive_nowait().event
         await engine.ready()
         await engine.update(remove=["forecast"])
-        async with engine.subscribe() as late:
+        async with engine.subscribe(snapshot=True) as late:
             second = late.receive_nowait().event
             await engine.select("open an issue")
             after = [d.event for d in drain(late)]
@@ -155,7 +156,7 @@ async def test_a_keyword_only_engine_reports_no_warm_up_and_a_failed_one_says_wh
 ) -> None:
     async with (
         open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
-        engine.subscribe() as events,
+        engine.subscribe(snapshot=True) as events,
     ):
         keyword_only = events.receive_nowait().event
     failing = ScriptedEmbedder(fail=True)
@@ -164,7 +165,7 @@ async def test_a_keyword_only_engine_reports_no_warm_up_and_a_failed_one_says_wh
         CATALOG, config=config, embedder=failing, run_cpu=inline_cpu(failing)
     ) as engine:
         await engine.ready()
-        async with engine.subscribe() as events:
+        async with engine.subscribe(snapshot=True) as events:
             degraded = events.receive_nowait().event
     assert isinstance(keyword_only, SubscriptionStarted)
     assert keyword_only.warmup == "none"
@@ -178,7 +179,7 @@ async def test_a_quiet_subscriber_learns_its_loss_within_100_ms(
 ) -> None:
     async with (
         open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
-        engine.subscribe(buffer=2) as events,
+        engine.subscribe(buffer=2, snapshot=True) as events,
     ):
         # The snapshot and one selection fill the buffer; four more are lost.
         for _ in range(5):
@@ -205,7 +206,7 @@ async def test_a_loss_after_an_unread_notice_is_reported_once_the_reader_reads(
 ) -> None:
     async with (
         open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
-        engine.subscribe(buffer=1, snapshot=False) as events,
+        engine.subscribe(buffer=1) as events,
     ):
         await engine.select("a")  # fills the buffer
         await engine.select("b")  # lost
@@ -223,3 +224,21 @@ async def test_a_loss_after_an_unread_notice_is_reported_once_the_reader_reads(
     assert isinstance(late.event, EventsDropped)
     assert late.dropped == 1
     assert late_at - read_at <= 0.1
+
+
+async def test_a_subscriber_that_does_not_ask_for_the_snapshot_reads_as_before(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with (
+        open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
+        engine.subscribe() as events,
+    ):
+        await engine.select("open an issue")
+        first = events.receive_nowait()
+    assert isinstance(first.event, SelectionFinished)  # code written before it still works
+
+
+async def test_snapshot_must_be_a_bool() -> None:
+    async with open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine:
+        with pytest.raises(ConfigError, match="snapshot must be True or False, got 'yes'"):
+            engine.subscribe(snapshot="yes")  # type: ignore[arg-type]

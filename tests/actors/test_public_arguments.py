@@ -90,7 +90,7 @@ async def test_subscribe_with_a_good_buffer_still_delivers(
 ) -> None:
     async with (
         open_engine(TOOLS, config=CONFIG, embedder=None) as engine,
-        engine.subscribe(buffer=2, snapshot=False) as deliveries,
+        engine.subscribe(buffer=2) as deliveries,
     ):
         await engine.select("weather in Oslo")
         delivery = await deliveries.receive()

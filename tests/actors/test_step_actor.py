@@ -280,7 +280,7 @@ async def test_a_step_whose_actor_stopped_fails_open_with_every_tool(
         TOOLS, config=EngineConfig(cache=False), embedder=None, run_cpu=inline
     ) as engine:
         engine._steps._inbox.close()  # the actor's inbox as it is between a crash and a restart
-        async with engine.subscribe(buffer=4, snapshot=False) as events:
+        async with engine.subscribe(buffer=4) as events:
             selection = await engine.prepare_step(user("read a file"), session="a")
             delivery = await events.receive()
     assert selection.tool_ids is None

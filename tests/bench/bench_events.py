@@ -50,7 +50,7 @@ class Subscriber:
         self.rounds_done = asyncio.Event()
 
     async def listen(self, engine: toolroute_asyncio.AsyncioEngine, stop: asyncio.Event) -> None:
-        async with engine.subscribe(buffer=self.buffer) as deliveries:
+        async with engine.subscribe(buffer=self.buffer, snapshot=True) as deliveries:
             iterator = aiter(deliveries)
             self.got.append((await anext(iterator), time.time()))  # the snapshot
             self.subscribed.set()

@@ -24,7 +24,7 @@ def test_a_stop_signal_ends_subscriptions_and_reaches_the_host_handler() -> None
     async def main() -> list[object]:
         got: list[object] = []
         async with toolroute_asyncio.open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
-            async with engine.subscribe() as deliveries:
+            async with engine.subscribe(snapshot=True) as deliveries:
                 async for delivery in deliveries:
                     got.append(delivery.event)
                     signal.raise_signal(signal.SIGTERM)  # the loop is left to end it

@@ -23,9 +23,19 @@ from typing import Any, TypeVar
 import attrs
 
 from .._core.events import Event, FailOpen
-from .telemetry import RequestSpan, request_span
+from . import telemetry
+from .telemetry import RequestSpan
 
-__all__ = ["RequestTag", "current", "open_request", "serving", "stamped", "tagged"]
+__all__ = [
+    "RequestTag",
+    "current",
+    "enter",
+    "leave",
+    "open_request",
+    "serving",
+    "stamped",
+    "tagged",
+]
 
 T = TypeVar("T")
 
@@ -58,7 +68,15 @@ def current() -> RequestTag | None:
 def open_request(operation: str, session: str | None = None) -> Iterator[RequestTag]:
     """A new request id for ``operation``, current for the block (with its span)."""
     request_id = secrets.token_hex(_ID_BYTES)
-    with request_span(operation, request_id, session) as span:
+    if not telemetry.active():  # the common case, on every step: no span machinery
+        tag = RequestTag(operation, request_id, session)
+        token = _current.set(tag)
+        try:
+            yield tag
+        finally:
+            _current.reset(token)
+        return
+    with telemetry.request_span(operation, request_id, session) as span:
         tag = RequestTag(operation, request_id, session, span)
         with serving(tag):
             yield tag
@@ -72,6 +90,15 @@ def serving(tag: RequestTag | None) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def enter(tag: RequestTag | None) -> contextvars.Token[RequestTag | None]:
+    """:func:`serving` without the context manager, for a hot loop: undo with :func:`leave`."""
+    return _current.set(tag)
+
+
+def leave(token: contextvars.Token[RequestTag | None]) -> None:
+    _current.reset(token)
 
 
 def stamped(result: T) -> T:

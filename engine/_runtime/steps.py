@@ -59,7 +59,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .one_shot import OneShot
 from .recall import Recall
-from .request_context import RequestTag, current, serving
+from .request_context import RequestTag, current, enter, leave
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
 
@@ -264,8 +264,9 @@ class Steps:
         reply = request.reply
         if reply.abandoned:
             return  # the caller gave up while it was queued: it costs nothing
+        token = enter(request.tag)  # the caller's request: its events and result carry it
         try:
-            with request.scope, serving(request.tag):
+            with request.scope:
                 match request:
                     case PrepareStep():
                         request.reply.deliver(await _attempt(self._prepare(request, state)))
@@ -275,6 +276,7 @@ class Steps:
                         )
                         request.reply.deliver(await _attempt(routed))
         finally:
+            leave(token)
             reply.deliver(None)  # stopped before it answered (a no-op once answered)
 
     async def _ask(
@@ -465,6 +467,7 @@ class Steps:
         selection = self._finished(pick, sets, started, routing)
         self._publish(
             StepFinished(
+                request_id=selection.request_id,  # set here: no copy to stamp it on the way
                 session=session,
                 query_hash=query_hash(query, self._key),
                 page=selection.page,

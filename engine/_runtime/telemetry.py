@@ -10,7 +10,9 @@ the events carry none (a query only as its HMAC, which is left out too).
 Attribute names follow the GenAI semantic conventions where one exists
 (``gen_ai.operation.name``, ``gen_ai.conversation.id``, ``gen_ai.provider.name``,
 ``gen_ai.tool.name``); the rest are under ``toolroute.*``. Without the package, or with no
-SDK configured, each call costs one check.
+SDK configured, each call costs one check: the global providers are looked at again at most
+once a second (:func:`recheck` looks at once), and until an SDK is set no span is made, so
+an engine whose host never configures OpenTelemetry pays nothing for it.
 
 Metrics: ``toolroute.operation.duration`` (histogram, s; by operation and outcome),
 ``toolroute.fail_open`` (counter; by operation and what failed), ``toolroute.events.dropped``
@@ -19,6 +21,7 @@ Metrics: ``toolroute.operation.duration`` (histogram, s; by operation and outcom
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +44,15 @@ try:
 except ImportError:  # the ``otel`` extra is not installed: telemetry is off
     otel_metrics = otel_trace = None
 
-__all__ = ["RequestSpan", "available", "count_dropped", "request_span", "tool_call_span"]
+__all__ = [
+    "RequestSpan",
+    "active",
+    "available",
+    "count_dropped",
+    "recheck",
+    "request_span",
+    "tool_call_span",
+]
 
 #: The instrumentation scope every span and instrument is created under.
 SCOPE = "toolroute"
@@ -77,12 +88,42 @@ class _Instruments:
         )
 
 
+#: Seconds between looks at the global providers (a proxy span costs about 12 µs, a look 2).
+RECHECK_S = 1.0
+
 _instruments: _Instruments | None = None
+_sdk_set = False
+_checked_at = -math.inf
+
+
+def recheck() -> None:
+    """Look at the global providers on the next call (after setting an SDK, say)."""
+    global _checked_at
+    _checked_at = -math.inf
+
+
+def _sdk_configured() -> bool:
+    # The API's defaults are proxies that make non-recording spans and no-op instruments
+    # until the host sets a provider; the meter proxy's class is private, hence the name.
+    tracing = not isinstance(otel_trace.get_tracer_provider(), otel_trace.ProxyTracerProvider)
+    metering = type(otel_metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
+    return tracing or metering
+
+
+def active() -> bool:
+    """Whether calls are recorded now (the package is installed and an SDK is set)."""
+    return _get() is not None
 
 
 def _get() -> _Instruments | None:
-    global _instruments
+    global _instruments, _sdk_set, _checked_at
     if otel_trace is None:
+        return None
+    now = time.monotonic()
+    if now - _checked_at > RECHECK_S:
+        _checked_at = now
+        _sdk_set = _sdk_configured()
+    if not _sdk_set:
         return None
     if _instruments is None:
         _instruments = _Instruments()

@@ -23,7 +23,7 @@ from opentelemetry.trace import StatusCode
 from toolroute import Catalog
 from toolroute._core.config import EngineConfig, EventConfig, SelectionDefaults
 from toolroute._runtime.engine import open_engine
-from toolroute._runtime.telemetry import tool_call_span
+from toolroute._runtime.telemetry import recheck, tool_call_span
 from toolroute.decisions import BooleanQuestion, DecisionRequest
 from toolroute.testing import ScriptedDecider
 
@@ -53,6 +53,7 @@ def sdk() -> Iterator[None]:
     meters = MeterProvider(metric_readers=[_READER])
     trace.set_tracer_provider(provider)
     metrics.set_meter_provider(meters)
+    recheck()  # at once, not within the second
     yield
     # Later tests in this process record nothing more (a shut-down SDK drops its spans).
     provider.shutdown()

@@ -32,12 +32,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
-import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from types import FrameType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
@@ -52,6 +49,7 @@ from ._core.recall.index import RecallIndex
 from ._core.select.toolsets import ToolSet
 from ._core.stores import Stores
 from ._routing.pipeline import route_servers as trio_route_servers
+from ._runtime.asyncio_streams import Deliveries, StopSignals
 from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine
 from ._runtime.hub import Delivery
@@ -71,9 +69,6 @@ _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GuestRun] = (
     weakref.WeakKeyDictionary()
 )
 
-
-#: The signals that ask a server to stop: each ends the streams still open (see the module).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 logger = logging.getLogger("toolroute.asyncio")
 
@@ -108,7 +103,7 @@ class _GuestRun:
         self.streams: set[trio.MemoryReceiveChannel[Delivery]] = set()
         #: Set by a stop signal: streams end, and new ones end at once.
         self.streams_ended = False
-        self._chained: dict[int, Any] = {}
+        self._signals = StopSignals(loop, self.end_streams)
 
     def start(self) -> None:
         trio.lowlevel.start_guest_run(
@@ -117,34 +112,7 @@ class _GuestRun:
             done_callback=self._finished,
             host_uses_signal_set_wakeup_fd=True,
         )
-        self._chain_stop_signals()
-
-    def _chain_stop_signals(self) -> None:
-        # Signal handlers belong to the main thread. A signal left to the OS (SIG_DFL, or
-        # ignored) is left alone: no Python code runs for it, so there is nothing to chain.
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for number in STOP_SIGNALS:
-            previous = signal.getsignal(number)
-            if callable(previous):
-                self._chained[number] = previous
-                signal.signal(number, self._on_stop_signal)
-
-    def _unchain_stop_signals(self) -> None:
-        for number, previous in self._chained.items():
-            # Only ours is put back; a handler installed after ours stays.
-            if signal.getsignal(number) == self._on_stop_signal:
-                signal.signal(number, previous)
-        self._chained.clear()
-
-    def _on_stop_signal(self, number: int, frame: FrameType | None) -> None:
-        # A signal handler runs between two bytecodes of whatever the loop was doing, so it
-        # only schedules the work; then the handler that was there before runs as it would.
-        with contextlib.suppress(RuntimeError):  # the loop closed under us: nothing is open
-            self.loop.call_soon_threadsafe(self.end_streams)
-        previous = self._chained.get(number)
-        if callable(previous):
-            previous(number, frame)
+        self._signals.chain()
 
     def end_streams(self) -> None:
         """End every open subscription: its iteration stops (what is buffered is dropped)."""
@@ -191,7 +159,7 @@ class _GuestRun:
             nursery.cancel_scope.cancel("asyncio host closed the last engine")
 
     def _finished(self, result: outcome.Outcome[None]) -> None:
-        self._unchain_stop_signals()
+        self._signals.unchain()
         if _hosts.get(self.loop) is self:
             del _hosts[self.loop]
         error = result.error if isinstance(result, outcome.Error) else None
@@ -363,57 +331,6 @@ def _in_guest(function: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any,
     return run
 
 
-class _Deliveries:
-    """A subscription's deliveries as an asyncio async iterator.
-
-    A cancelled ``__anext__`` (``asyncio.wait_for`` with a timeout, say) leaves its trio
-    receive running, and the next ``__anext__`` takes its delivery: cancelling the receive
-    itself could lose a delivery taken from the channel just before the cancel landed, and
-    a lost delivery would be a loss nobody counts.
-    """
-
-    def __init__(self, host: _GuestRun, channel: trio.MemoryReceiveChannel[Delivery]) -> None:
-        self._host = host
-        self._channel = channel
-        self._receiving: asyncio.Future[Delivery] | None = None
-
-    def __aiter__(self) -> _Deliveries:
-        return self
-
-    async def __anext__(self) -> Delivery:
-        if self._receiving is None:
-            if self._host.streams_ended:
-                raise StopAsyncIteration
-            self._receiving = asyncio.ensure_future(self._host.call(self._channel.receive))
-        receiving = self._receiving
-        try:
-            delivery = await asyncio.shield(receiving)  # a cancel here leaves it running
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            self._receiving = None
-            raise StopAsyncIteration from None
-        except asyncio.CancelledError:
-            # Cancelled while its delivery was on the way, or before: either way the next
-            # ``__anext__`` takes it. Only a receive cancelled itself (shutdown) is gone.
-            if receiving.cancelled():
-                self._receiving = None
-            raise
-        self._receiving = None
-        return delivery
-
-    def close(self) -> None:
-        """Stop the receive still running (the subscription is ending)."""
-        receiving, self._receiving = self._receiving, None
-        if receiving is not None:
-            receiving.add_done_callback(_retrieved_delivery)
-            receiving.cancel()
-
-
-def _retrieved_delivery(future: asyncio.Future[Delivery]) -> None:
-    # The subscriber has gone: its last receive's result or error is nobody's to see.
-    if not future.cancelled():
-        future.exception()
-
-
 class AsyncioEngine:
     """Every ``Engine`` operation, for asyncio: coroutines for the async ones (cancelling
     the awaitable cancels the trio work), the rest as they are (same thread).
@@ -494,7 +411,9 @@ class AsyncioEngine:
             host.entered(lambda: self.engine.subscribe(buffer, snapshot=snapshot)) as channel,
         ):
             host.streams.add(channel)
-            deliveries = _Deliveries(host, channel)
+            deliveries = Deliveries(
+                functools.partial(host.call, channel.receive), lambda: host.streams_ended
+            )
             try:
                 yield deliveries
             finally:

@@ -7,6 +7,8 @@ import asyncio
 import signal
 from types import FrameType
 
+import pytest
+
 import toolroute.asyncio as toolroute_asyncio
 from toolroute import Catalog, EngineConfig
 from toolroute.events import SubscriptionStarted
@@ -56,3 +58,27 @@ def test_a_signal_left_to_the_os_is_not_chained() -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert during is signal.SIG_DFL
+
+
+def test_a_block_cancelled_again_while_closing_still_lets_the_guest_run_finish() -> None:
+    # A forced server exit cancels the host's tasks, sometimes more than once: the loop may
+    # close right after, so the engine's block must not end before trio's guest run has.
+    async def main() -> None:
+        opened = asyncio.Event()
+
+        async def hold() -> None:
+            async with toolroute_asyncio.open_engine(TOOLS, config=CONFIG, embedder=None):
+                opened.set()
+                await asyncio.sleep(100)
+
+        task = asyncio.create_task(hold())
+        await opened.wait()
+        task.cancel()
+        for _ in range(5):  # again, while it is closing
+            await asyncio.sleep(0)
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert asyncio.get_running_loop() not in toolroute_asyncio._hosts  # the run ended
+
+    asyncio.run(main())

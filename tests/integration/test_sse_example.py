@@ -135,3 +135,28 @@ def test_sse_frames_carry_the_request_id_and_one_sigint_stops_with_clients_conne
         while (frame := frames.get(timeout=1.0)) is not None:
             rest.append(frame)
         assert all("event" in f for f in rest)
+
+
+def test_a_second_sigint_forces_the_exit_without_abandoning_the_guest_run(
+    server: tuple[subprocess.Popen[str], str],
+) -> None:
+    process, base = server
+    frames = queue.Queue[dict[str, str] | None]()
+    reader = threading.Thread(target=read_frames, args=(base, frames), daemon=True)
+    reader.start()
+    first = next_frame(frames)
+    assert first is not None
+    # uvicorn's second Ctrl-C skips the lifespan's shutdown and the host cancels its tasks:
+    # the engine's block is cancelled, and the loop must not close under the guest run.
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    try:
+        output, _ = process.communicate(timeout=STOP_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        raise AssertionError(f"still running {STOP_S} s after two SIGINTs:\n{output}") from None
+    assert "abandoned" not in output, output
+    assert "closed epoll" not in output, output
+    reader.join(timeout=10.0)

@@ -17,6 +17,13 @@ trio runs as a guest on the host's asyncio loop, in the same thread
 engine opened on that loop (one per catalogue) and stops when the last one closes.
 Cancelling an awaitable (as a web server does when a client goes away) cancels the trio work
 behind it.
+
+A web server stops in two steps: it waits for the responses still open, then runs the
+lifespan's shutdown (where the engine closes). A subscription streamed to a client would hold
+the first step for ever, so the guest run ends every subscription when the process is asked
+to stop (SIGINT or SIGTERM, chained before the handler that was installed, as uvicorn's is),
+and a stop that cancels the host's tasks (a second Ctrl-C) still waits for the guest run to
+finish before the loop closes.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -41,6 +49,7 @@ from ._core.recall.index import RecallIndex
 from ._core.select.toolsets import ToolSet
 from ._core.stores import Stores
 from ._routing.pipeline import route_servers as trio_route_servers
+from ._runtime.asyncio_streams import Deliveries, StopSignals
 from ._runtime.engine import _DEFAULT, Engine
 from ._runtime.engine import open_engine as open_trio_engine
 from ._runtime.hub import Delivery
@@ -59,6 +68,9 @@ P = ParamSpec("P")
 _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _GuestRun] = (
     weakref.WeakKeyDictionary()
 )
+
+
+logger = logging.getLogger("toolroute.asyncio")
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:
@@ -87,6 +99,11 @@ class _GuestRun:
         self._done: asyncio.Future[None] = loop.create_future()
         self._started.add_done_callback(_retrieved)
         self._done.add_done_callback(_retrieved)
+        #: Open subscriptions' channels, ended when the process is asked to stop.
+        self.streams: set[trio.MemoryReceiveChannel[Delivery]] = set()
+        #: Set by a stop signal: streams end, and new ones end at once.
+        self.streams_ended = False
+        self._signals = StopSignals(loop, self.end_streams)
 
     def start(self) -> None:
         trio.lowlevel.start_guest_run(
@@ -95,6 +112,18 @@ class _GuestRun:
             done_callback=self._finished,
             host_uses_signal_set_wakeup_fd=True,
         )
+        self._signals.chain()
+
+    def end_streams(self) -> None:
+        """End every open subscription: its iteration stops (what is buffered is dropped)."""
+        if not self.streams_ended:
+            logger.info("stop requested: ending %d open subscription(s)", len(self.streams))
+        self.streams_ended = True
+        if self._token is None:
+            return
+        for channel in list(self.streams):
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(channel.close)
 
     async def wait_started(self) -> None:
         """Until the run takes jobs; raises the run's error if it ended before that."""
@@ -130,6 +159,7 @@ class _GuestRun:
             nursery.cancel_scope.cancel("asyncio host closed the last engine")
 
     def _finished(self, result: outcome.Outcome[None]) -> None:
+        self._signals.unchain()
         if _hosts.get(self.loop) is self:
             del _hosts[self.loop]
         error = result.error if isinstance(result, outcome.Error) else None
@@ -215,7 +245,27 @@ async def _guest() -> AsyncIterator[_GuestRun]:
         yield host
     finally:
         if _leave(host):
-            await host.wait_finished()
+            await _despite_cancellation(host.wait_finished())
+
+
+async def _despite_cancellation(waiting: Awaitable[None]) -> None:
+    """Await ``waiting`` to its end even if this task is cancelled meanwhile, then re-raise
+    the cancellation: a host stopping its tasks (``asyncio.run``'s end, a forced server
+    exit) must not close the loop under a guest run that is still finishing. The run ends
+    within the engine's shutdown grace, so the wait is bounded."""
+    task = asyncio.ensure_future(waiting)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise  # the wait itself was cancelled: nothing left to protect
+            cancelled = True
+            continue
+        break
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _join(loop: asyncio.AbstractEventLoop) -> _GuestRun:
@@ -281,23 +331,6 @@ def _in_guest(function: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any,
     return run
 
 
-class _Deliveries:
-    """A subscription's deliveries as an asyncio async iterator."""
-
-    def __init__(self, host: _GuestRun, channel: trio.MemoryReceiveChannel[Delivery]) -> None:
-        self._host = host
-        self._channel = channel
-
-    def __aiter__(self) -> _Deliveries:
-        return self
-
-    async def __anext__(self) -> Delivery:
-        try:
-            return await self._host.call(self._channel.receive)
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-
 class AsyncioEngine:
     """Every ``Engine`` operation, for asyncio: coroutines for the async ones (cancelling
     the awaitable cancels the trio work), the rest as they are (same thread).
@@ -354,7 +387,7 @@ class AsyncioEngine:
         self.engine.release_sets(session, names)
 
     def subscribe(
-        self, buffer: int | None = None
+        self, buffer: int | None = None, *, snapshot: bool = False
     ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
         """As ``Engine.subscribe``, from asyncio::
 
@@ -365,17 +398,27 @@ class AsyncioEngine:
         The subscriber's buffer and its drop count work as in trio: a slow asyncio consumer
         loses events (counted), it never slows the engine.
         """
-        return self._subscription(buffer)
+        return self._subscription(buffer, snapshot)
 
     @contextlib.asynccontextmanager
-    async def _subscription(self, buffer: int | None) -> AsyncIterator[AsyncIterator[Delivery]]:
+    async def _subscription(
+        self, buffer: int | None, snapshot: bool
+    ) -> AsyncIterator[AsyncIterator[Delivery]]:
         self.engine._check_open("subscribe")
         # A user of the guest run of its own: a consumer still draining keeps it alive.
         async with (
             _guest() as host,
-            host.entered(lambda: self.engine.subscribe(buffer)) as channel,
+            host.entered(lambda: self.engine.subscribe(buffer, snapshot=snapshot)) as channel,
         ):
-            yield _Deliveries(host, channel)
+            host.streams.add(channel)
+            deliveries = Deliveries(
+                functools.partial(host.call, channel.receive), lambda: host.streams_ended
+            )
+            try:
+                yield deliveries
+            finally:
+                host.streams.discard(channel)
+                deliveries.close()
 
     ready = _forward(Engine.ready)
     select = _forward(Engine.select)

@@ -12,11 +12,13 @@
 from ._core.events import CatalogUpdated as CatalogUpdated
 from ._core.events import DecisionFinished as DecisionFinished
 from ._core.events import Event as Event
+from ._core.events import EventsDropped as EventsDropped
 from ._core.events import FailOpen as FailOpen
 from ._core.events import RoutingFinished as RoutingFinished
 from ._core.events import SelectionFinished as SelectionFinished
 from ._core.events import ServiceRestarted as ServiceRestarted
 from ._core.events import StepFinished as StepFinished
+from ._core.events import SubscriptionStarted as SubscriptionStarted
 from ._core.events import WarmupFinished as WarmupFinished
 from ._core.events import WarmupProgress as WarmupProgress
 from ._core.events import from_json as from_json
@@ -29,11 +31,13 @@ __all__ = [
     "DecisionFinished",
     "Delivery",
     "Event",
+    "EventsDropped",
     "FailOpen",
     "RoutingFinished",
     "SelectionFinished",
     "ServiceRestarted",
     "StepFinished",
+    "SubscriptionStarted",
     "WarmupFinished",
     "WarmupProgress",
     "from_json",

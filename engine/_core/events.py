@@ -33,11 +33,13 @@ __all__ = [
     "CatalogUpdated",
     "DecisionFinished",
     "Event",
+    "EventsDropped",
     "FailOpen",
     "RoutingFinished",
     "SelectionFinished",
     "ServiceRestarted",
     "StepFinished",
+    "SubscriptionStarted",
     "WarmupFinished",
     "WarmupProgress",
     "from_json",
@@ -141,6 +143,8 @@ class SelectionFinished(_EventBase):
         degraded: ``True`` when recall fell back to keyword-only.
         reason: why the outcome is not ``applied``; empty otherwise.
         latency_ms: time from request to answer.
+        session: the session the selection served, or ``None`` (``select`` has none).
+        request_id: the id the operation's result carries (``Selection.request_id``).
     """
 
     type: ClassVar[str] = "selection.finished"
@@ -154,6 +158,8 @@ class SelectionFinished(_EventBase):
     latency_ms: float
     reason: str = ""
     query: str | None = None
+    session: str | None = None
+    request_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -169,6 +175,7 @@ class StepFinished(_EventBase):
         outcome: how the step's selection came about.
         reason: why the outcome is not ``applied``; empty otherwise.
         latency_ms: time from request to answer.
+        request_id: the id the step's result carries (``StepSelection.request_id``).
     """
 
     type: ClassVar[str] = "step.finished"
@@ -181,6 +188,7 @@ class StepFinished(_EventBase):
     latency_ms: float
     reason: str = ""
     query: str | None = None
+    request_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -196,6 +204,9 @@ class RoutingFinished(_EventBase):
         outcome: how the routing came about.
         reason: why the outcome is not ``applied``; empty otherwise.
         latency_ms: time from request to answer.
+        session: the session routed for (``route_servers(session=...)`` or a step's).
+        request_id: the id of the operation the routing served; ``RoutingOutcome.request_id``
+            (or the step's ``StepSelection.request_id``) carries the same.
     """
 
     type: ClassVar[str] = "routing.finished"
@@ -208,6 +219,8 @@ class RoutingFinished(_EventBase):
     latency_ms: float
     reason: str = ""
     query: str | None = None
+    session: str | None = None
+    request_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -222,6 +235,8 @@ class DecisionFinished(_EventBase):
         outcome: how the decision came about.
         reason: why the outcome is not ``applied``; empty otherwise.
         latency_ms: time from request to answer.
+        session: the session of the operation that asked, if it had one.
+        request_id: the id of the operation that asked (a routing, a step, ``try_decide``).
     """
 
     type: ClassVar[str] = "decision.finished"
@@ -233,6 +248,8 @@ class DecisionFinished(_EventBase):
     outcome: Outcome
     latency_ms: float
     reason: str = ""
+    session: str | None = None
+    request_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -240,9 +257,14 @@ class FailOpen(_EventBase):
     """An operation returned its fail-open result.
 
     Attributes:
-        operation: the public operation (``select``, ``prepare_step``, ...).
+        operation: the public operation (``select``, ``prepare_step``, ...) whose result
+            failed open; during a public call, the call's own name.
         what_failed: the stage or service that failed (``embedder``, ``deadline``, ...).
         reason: a short, human-readable why.
+        session: the session of that operation, if it had one.
+        request_id: the id that operation's result carries (``Selection.request_id``,
+            ``StepSelection.request_id``, ``RoutingOutcome.request_id``); ``None`` outside
+            a public call (warm-up, for one).
     """
 
     type: ClassVar[str] = "fail_open"
@@ -250,6 +272,8 @@ class FailOpen(_EventBase):
     operation: str
     what_failed: str
     reason: str
+    session: str | None = None
+    request_id: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -288,6 +312,53 @@ class CatalogUpdated(_EventBase):
     version: int
 
 
+@attrs.frozen(kw_only=True)
+class SubscriptionStarted(_EventBase):
+    """The first delivery of every subscription: the engine's state as it began.
+
+    Events after it describe changes from this state, so a dashboard that subscribes late
+    starts right instead of waiting for the next warm-up or update.
+
+    Attributes:
+        warmup: ``"pending"`` (embeddings not loaded yet, requests served keyword-only),
+            ``"finished"``, ``"degraded"`` (warm-up failed: keyword-only until an update
+            embeds again) or ``"none"`` (nothing to warm up: a keyword-only engine).
+        warmup_reason: why warm-up is degraded; empty otherwise.
+        catalog_version: the served snapshot's version (0 at start, one more per update,
+            as ``catalog.updated`` counts).
+        tools: tools served.
+        fast_tier: ``"off"`` (none configured), ``"building"``, ``"open"`` (built, waiting
+            for enough served requests to answer) or ``"ready"`` (answers under load).
+    """
+
+    type: ClassVar[str] = "subscription.started"
+
+    warmup: str
+    catalog_version: int
+    tools: int
+    fast_tier: str
+    warmup_reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class EventsDropped(_EventBase):
+    """This subscriber lost ``count`` events to its full buffer since its last delivery.
+
+    Sent on its own, without waiting for the next event, so a quiet subscriber learns of
+    its loss: each subscriber's channel keeps one slot for it, and it is sent the moment
+    an event is lost (or, while the last notice is still unread, within 50 ms of the
+    subscriber reading that one). ``Delivery.dropped`` carries the same count; each loss
+    is counted once, by this event or by the next event delivered.
+
+    Attributes:
+        count: events lost since the delivery before this one.
+    """
+
+    type: ClassVar[str] = "events.dropped"
+
+    count: int
+
+
 Event: TypeAlias = (
     WarmupProgress
     | WarmupFinished
@@ -298,6 +369,8 @@ Event: TypeAlias = (
     | FailOpen
     | ServiceRestarted
     | CatalogUpdated
+    | SubscriptionStarted
+    | EventsDropped
 )
 
 

@@ -33,7 +33,7 @@ from .shared import shared_actor
 if TYPE_CHECKING:
     from .._core.protocols import Decider
 
-logger = logging.getLogger("toolroute.decision")
+logger = logging.getLogger("toolroute.decisions")
 
 #: Batches of one request in flight at once, unless the caller says otherwise.
 DEFAULT_CONCURRENCY = 4

@@ -19,7 +19,7 @@ import trio
 from .._core.decide.limits import PROVIDER_CONNECTIONS
 from .actor import DecisionActor
 
-logger = logging.getLogger("toolroute.decision")
+logger = logging.getLogger("toolroute.decisions")
 
 _SHARED: trio.lowlevel.RunVar[DecisionActor] = trio.lowlevel.RunVar("toolroute_decision_actor")
 

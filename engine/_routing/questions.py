@@ -46,6 +46,8 @@ class RoutingOutcome:
         routable: servers a router could judge (all minus always-include).
         model: the decision model that answered, when one did.
         cache_hit: set by the engine's routing cache; always false here.
+        request_id: set by the engine: the id of the call it answered (``route_servers``
+            or the step it served), as its events carry; ``None`` here.
     """
 
     selected: tuple[str, ...]
@@ -60,6 +62,7 @@ class RoutingOutcome:
     routable: int = 0
     model: str | None = None
     cache_hit: bool = False
+    request_id: str | None = None
 
 
 _DEFAULT = RoutingConfig()

@@ -137,6 +137,11 @@ class CatalogKeeper:
         return self._embedder is not None or enrich
 
     @property
+    def version(self) -> int:
+        """The served snapshot's version: 0 at start, one more per applied update."""
+        return self._version
+
+    @property
     def is_ready(self) -> bool:
         return self._ready.is_set()
 

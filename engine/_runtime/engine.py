@@ -153,6 +153,7 @@ async def open_engine(
                 hub,
                 workers,
             )
+            await nursery.start(run_supervised, "event hub", hub.run, config.restarts, hub.publish)
             # First: the warm-up stays the last service started before the block runs.
             await nursery.start(
                 run_supervised, "decision actor", decisions.actor.run, config.restarts, hub.publish

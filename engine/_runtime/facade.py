@@ -8,6 +8,7 @@ decisions and routing, and the event hub fans events out. ``open_engine`` wires 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from .._core.catalog.catalog import Catalog, Server, Tool
 from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.decide.types import DecisionRequest, DecisionResult
+from .._core.errors import ConfigError
 from .._core.public import NoPublicConstructor
 from .._core.recall.index import RecallIndex, Strategy
 from .._core.select.access import ToolAccess, request_access
@@ -31,10 +33,12 @@ from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
 from .recall import Recall
+from .request_context import open_request, stamped
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
 from .statistics import EngineStatistics
 from .steps import Steps, StepSelection
+from .subscription_state import subscription_state
 
 if TYPE_CHECKING:
     from ..providers import Decider
@@ -170,21 +174,30 @@ class Engine(metaclass=NoPublicConstructor):
         await self._keeper.ready()
 
     def subscribe(
-        self, buffer: int | None = None
+        self, buffer: int | None = None, *, snapshot: bool = False
     ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[Delivery]]:
         """Receive the engine's events, as ``Delivery(event, dropped)`` items.
 
+        With ``snapshot=True`` the first delivery is a ``subscription.started`` event
+        holding the engine's state as the subscription began (warm-up, catalogue version,
+        tool count, fast tier); every later event is a change from it. Events of a public
+        call carry its ``request_id`` (and ``session``), as its result does.
+
         Args:
             buffer: events this subscriber may fall behind by before it loses them
-                (counted in the next delivery's ``dropped``); ``config.events.buffer`` when
-                not given.
+                (counted in the next delivery's ``dropped``, and reported within 100 ms by
+                an ``events.dropped`` delivery even when nothing else is published);
+                ``config.events.buffer`` when not given.
+            snapshot: ``True`` to receive the ``subscription.started`` delivery first (off by
+                default, so code written for the deliveries before it reads what it did).
 
         Returns:
             An async context manager yielding an async iterator of deliveries; it ends after
             the engine closes. Leaving the block unsubscribes.
 
         Raises:
-            ConfigError: ``buffer`` is not an integer of at least 1.
+            ConfigError: ``buffer`` is not an integer of at least 1, or ``snapshot`` is
+                not a bool.
 
         **Cancellation:** cancelling the task that reads ends the subscription as leaving the
         block does; the engine never waits for a subscriber.
@@ -193,8 +206,14 @@ class Engine(metaclass=NoPublicConstructor):
         engine (``publish`` never blocks); its next delivery says how many it lost.
         """
         self._check_open("subscribe")
+        if not isinstance(snapshot, bool):
+            raise ConfigError(f"snapshot must be True or False, got {snapshot!r}")
+        first = functools.partial(subscription_state, self._keeper, self._recall)
         # ``is None``, not ``or``: a buffer of 0 is the caller's mistake, refused by the hub.
-        return self._hub.subscribe(buffer=self.config.events.buffer if buffer is None else buffer)
+        return self._hub.subscribe(
+            buffer=self.config.events.buffer if buffer is None else buffer,
+            first=first if snapshot else None,
+        )
 
     async def select(
         self,
@@ -259,7 +278,11 @@ class Engine(metaclass=NoPublicConstructor):
             forced_sets=forced_sets,
         )
         access = request_access(allow, deny, tenant)
-        return await self._selector.select(query, strategy, policy, options, explain, access)
+        with open_request("select"):
+            selection = await self._selector.select(
+                query, strategy, policy, options, explain, access
+            )
+            return stamped(selection)
 
     async def prepare_step(
         self,
@@ -315,9 +338,10 @@ class Engine(metaclass=NoPublicConstructor):
         self._check_open("prepare_step")
         session = session_id(session)
         access = request_access(allow, deny, tenant)
-        return await self._steps.prepare_step(
-            messages, session, force_sets, release_sets, explain, access
-        )
+        with open_request("prepare_step", session):
+            return await self._steps.prepare_step(
+                messages, session, force_sets, release_sets, explain, access
+            )
 
     async def update(
         self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
@@ -345,7 +369,8 @@ class Engine(metaclass=NoPublicConstructor):
         served.
         """
         self._check_open("update")
-        await self._keeper.update(add=add, remove=remove, replace=replace)
+        with open_request("update"):
+            await self._keeper.update(add=add, remove=remove, replace=replace)
 
     async def replace_catalog(self, catalog: Catalog) -> None:
         """Serve ``catalog`` from now on: the engine works out what was added, removed and
@@ -369,7 +394,8 @@ class Engine(metaclass=NoPublicConstructor):
                 f"replace_catalog expects a toolroute.Catalog, got {type(catalog).__name__}"
                 " (build one with Catalog.from_mcp_servers, Catalog.from_tools, ...)"
             )
-        await self._keeper.replace_catalog(catalog)
+        with open_request("replace_catalog"):
+            await self._keeper.replace_catalog(catalog)
 
     async def decide(
         self, request: DecisionRequest, *, provider: Decider | None = None
@@ -391,7 +417,8 @@ class Engine(metaclass=NoPublicConstructor):
         **Fail-open:** none: ``decide`` is the raising form; use ``try_decide`` to fail open.
         """
         self._check_open("decide")
-        return await self._decisions.decide(request, provider)
+        with open_request("decide"):
+            return await self._decisions.decide(request, provider)
 
     async def try_decide(
         self,
@@ -417,7 +444,8 @@ class Engine(metaclass=NoPublicConstructor):
         deadline passed; a failed batch costs only its own answers.
         """
         self._check_open("try_decide")
-        return await self._decisions.try_decide(request, provider, deadline_s)
+        with open_request("try_decide"):
+            return await self._decisions.try_decide(request, provider, deadline_s)
 
     async def route_servers(
         self,
@@ -447,9 +475,10 @@ class Engine(metaclass=NoPublicConstructor):
         self._check_open("route_servers")
         session = session_id(session)
         candidates = servers if servers is not None else self._keeper.snapshot.index.catalog
-        if session is None:
-            return await self._router.route_servers(query, candidates, None)
-        return await self._steps.route_session(query, candidates, session)  # in session order
+        with open_request("route_servers", session):
+            if session is None:
+                return await self._router.route_servers(query, candidates, None)
+            return await self._steps.route_session(query, candidates, session)  # in order
 
     async def search_tools(
         self,
@@ -484,4 +513,5 @@ class Engine(metaclass=NoPublicConstructor):
         self._check_open("search_tools")
         session, k = session_id(session), count(k, "k", 1)
         access = request_access(allow, deny, tenant)
-        return await self._steps.search_tools(arguments, session, k, access)
+        with open_request("search_tools", session):
+            return await self._steps.search_tools(arguments, session, k, access)

@@ -5,24 +5,42 @@ memory channel, filled with ``send_nowait``; when it is full the event is droppe
 that subscriber* and counted, and the next event it does receive reports how many it lost.
 A ``MemorySendChannel.clone()`` would share work, not broadcast, so each subscriber gets
 its own channel (STYLE §4).
+
+A subscriber that stops hearing from the engine must still learn that it lost events, so
+each channel holds one slot more than the subscriber's buffer, for an ``events.dropped``
+notice: ``publish`` sends one the moment it loses an event, and when the last notice is
+still unread the hub's reporter (:meth:`EventHub.run`) sends the rest within
+``LOSS_REPORT_S`` of the subscriber reading it, whether or not anything else is
+published. Events published
+inside a public call are stamped with its request id and session on the way in
+(``request_context.tagged``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import enum
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
 from .._core.errors import ConfigError
-from .._core.events import Event
+from .._core.events import Event, EventsDropped
+from .event_log import log_event
+from .request_context import tagged
+from .telemetry import count_dropped
 
-__all__ = ["DEFAULT_BUFFER", "Delivery", "EventHub", "EventStatistics"]
+__all__ = ["DEFAULT_BUFFER", "LOSS_REPORT_S", "Delivery", "EventHub", "EventStatistics"]
 
 #: Events a subscriber may fall behind by before it starts losing them. Generous for a
 #: consumer that writes JSON lines; size real buffers from ``statistics().peak_buffer_used``.
 DEFAULT_BUFFER = 256
+
+#: How soon after a loss the reporter sends its ``events.dropped`` notice: half the 100 ms
+#: a dashboard may stay wrong, so one missed tick still keeps the promise. Losses within one
+#: interval share a notice.
+LOSS_REPORT_S = 0.05
 
 
 @attrs.frozen(kw_only=True)
@@ -54,12 +72,70 @@ class EventStatistics:
     dropped: int
 
 
+class _Offered(enum.Enum):
+    DELIVERED = "delivered"
+    LOST_REPORTED = "lost, and a notice says so"
+    LOST_PENDING = "lost, to be reported once the unread notice is read"
+
+
 @attrs.define(eq=False)
 class _Subscriber:
+    """One subscriber's channel and its loss bookkeeping.
+
+    The channel holds ``buffer`` events plus one ``events.dropped`` notice. At most one
+    notice is unread at a time, so notices never crowd events out: a subscriber that falls
+    behind still receives events, with the losses between them counted.
+    """
+
     send: trio.MemorySendChannel[Delivery]
-    # Lost since the last event that went into this subscriber's buffer. The buffer is FIFO,
-    # so that is also the count lost since the last event the subscriber *received*.
+    #: Events the subscriber may fall behind by; the channel has one slot more.
+    buffer: int
+    # Lost since the last delivery put into the channel. The channel is FIFO, so that is
+    # also the count lost since the last delivery the subscriber *received*.
     pending_dropped: int = 0
+    #: Deliveries ever put into the channel; minus those still in it, those received.
+    sent: int = 0
+    #: The sequence number of the last notice sent (-1: none yet).
+    notice_at: int = -1
+
+    def put(self, delivery: Delivery) -> None:
+        self.send.send_nowait(delivery)  # never blocks: the slots are counted before
+        self.sent += 1
+        self.pending_dropped = 0
+
+    def notice_unread(self, used: int) -> bool:
+        return self.notice_at >= self.sent - used
+
+    def offer(self, event: Event) -> _Offered:
+        """Put ``event`` in the channel if an event slot is free (carrying the count of
+        losses before it); else count the loss, and send a notice at once if none is
+        unread (the first loss of a burst is told with no delay).
+
+        Raises:
+            BrokenResourceError: the subscriber left.
+        """
+        used = self.send.statistics().current_buffer_used
+        unread = self.notice_unread(used)
+        if used - unread < self.buffer:
+            self.put(Delivery(event=event, dropped=self.pending_dropped))
+            return _Offered.DELIVERED
+        self.pending_dropped += 1
+        if unread:
+            return _Offered.LOST_PENDING
+        self.report()
+        return _Offered.LOST_REPORTED
+
+    def report(self) -> bool:
+        """Send the pending count as a notice, unless one is unread; ``True`` when sent."""
+        if self.pending_dropped == 0:
+            return True
+        used = self.send.statistics().current_buffer_used
+        if self.notice_unread(used):
+            return False
+        count = self.pending_dropped
+        self.notice_at = self.sent
+        self.put(Delivery(event=EventsDropped(count=count), dropped=count))
+        return True
 
 
 class EventHub:
@@ -76,6 +152,8 @@ class EventHub:
         self._published = 0
         self._dropped = 0
         self._closed = False
+        #: Set while some subscriber has a loss not yet reported.
+        self._losses = trio.Event()
 
     def publish(self, event: Event) -> None:
         """Offer ``event`` to every subscriber; never blocks, never checkpoints.
@@ -90,23 +168,60 @@ class EventHub:
         if self._closed:
             return
         self._published += 1
+        event = tagged(event)
+        log_event(event)
+        gone: list[_Subscriber] = []
+        lost_before = self._dropped
+        for sub in self._subscribers:
+            try:
+                offered = sub.offer(event)
+            except trio.BrokenResourceError:
+                gone.append(sub)
+                continue
+            if offered is not _Offered.DELIVERED:
+                self._dropped += 1
+            if offered is _Offered.LOST_PENDING:
+                self._losses.set()  # the reporter tells it once the notice is read
+        for sub in gone:
+            self._remove(sub)
+        if self._dropped != lost_before:
+            count_dropped(self._dropped - lost_before)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The loss reporter, for losses ``publish`` could not tell at once.
+
+        ``publish`` sends a loss notice the moment it loses an event, unless the
+        subscriber has not read the last notice yet; such losses wait here. Each
+        ``LOSS_REPORT_S`` the reporter sends them to every subscriber that has read its
+        notice since, until none is left, so a subscriber learns them within
+        ``LOSS_REPORT_S`` of reading even when nothing else is published. It sleeps on an
+        event while nothing is pending: an idle engine costs nothing.
+        """
+        task_status.started()
+        while True:
+            await self._losses.wait()
+            if self._closed:
+                return
+            await trio.sleep(LOSS_REPORT_S)
+            if self._report_losses():
+                self._losses = trio.Event()  # no checkpoint since the look: none is missed
+
+    def _report_losses(self) -> bool:
+        """Send each pending loss as a notice; ``True`` when none is left unreported."""
+        reported_all = True
         gone: list[_Subscriber] = []
         for sub in self._subscribers:
             try:
-                sub.send.send_nowait(Delivery(event=event, dropped=sub.pending_dropped))
-            except trio.WouldBlock:
-                sub.pending_dropped += 1
-                self._dropped += 1
+                reported_all &= sub.report()
             except trio.BrokenResourceError:
                 gone.append(sub)
-            else:
-                sub.pending_dropped = 0
         for sub in gone:
             self._remove(sub)
+        return reported_all
 
     @asynccontextmanager
     async def subscribe(
-        self, *, buffer: int = DEFAULT_BUFFER
+        self, *, buffer: int = DEFAULT_BUFFER, first: Callable[[], Event] | None = None
     ) -> AsyncIterator[trio.MemoryReceiveChannel[Delivery]]:
         """Receive every event published from now on, as :class:`Delivery` items.
 
@@ -118,6 +233,9 @@ class EventHub:
 
         Args:
             buffer: events this subscriber may fall behind by before it loses them.
+            first: makes the subscription's first delivery (the engine's state), called
+                as the subscriber is registered, so no event falls between the two. It
+                takes one of the ``buffer`` slots until it is read.
 
         Yields:
             The subscriber's receive channel, an async iterator of deliveries. It ends when
@@ -138,11 +256,14 @@ class EventHub:
         # A checkpoint like any trio operation; nothing is registered yet, so a cancel here
         # leaves nothing behind.
         await trio.lowlevel.checkpoint()
-        send, receive = trio.open_memory_channel[Delivery](buffer)
-        sub = _Subscriber(send)
+        # One slot more than ``buffer``: the loss notice's, which ``publish`` never fills.
+        send, receive = trio.open_memory_channel[Delivery](buffer + 1)
+        sub = _Subscriber(send, buffer)
         if self._closed:
             send.close()
         else:
+            if first is not None:
+                sub.put(Delivery(event=first()))
             self._subscribers.append(sub)
         try:
             with receive:
@@ -156,6 +277,7 @@ class EventHub:
         Idempotent. Later :meth:`publish` calls do nothing; later subscriptions end at once.
         """
         self._closed = True
+        self._losses.set()  # the reporter wakes, sees the hub closed, and ends
         subscribers, self._subscribers = self._subscribers, []
         for sub in subscribers:
             sub.send.close()

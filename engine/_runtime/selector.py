@@ -35,6 +35,7 @@ from .._core.select.toolsets import ToolSet
 from .._judge.rerank import rerank, reranked_ranking
 from .catalog_keeper import CatalogKeeper
 from .recall import Recall
+from .request_context import current
 
 if TYPE_CHECKING:
     from ..providers import Generator
@@ -153,8 +154,10 @@ class Selector:
         selection = select(ranking, policy, started, explain=request, hidden=hidden, access=access)
         self._recall.finished()
         include = self._config.events.include_queries
+        tag = current()
         self._publish(
             SelectionFinished(
+                request_id=tag.request_id if tag is not None else None,  # no copy to stamp it
                 query_hash=query_hash(query, self._key),
                 query=query if include else None,
                 tool_ids=selection.tool_ids,

@@ -16,6 +16,7 @@ from .._core.outcome import Outcome
 from .._core.stores import RoutingCache, SessionState, SessionStore
 from .._routing.pipeline import RoutingOutcome, route_servers_via, routing_query
 from .decision_service import DecisionService
+from .request_context import stamped
 
 if TYPE_CHECKING:
     from ..providers import Embedder, Generator
@@ -111,6 +112,7 @@ class ServerRouter:
             held = {*settings.always_include, *state.sticky_servers}
             fresh = [s for s in routing.selected if s not in held] if judged else []
             state.remember_servers(fresh, memory.sticky_turns)
+        routing = stamped(routing)
         self._announce(text, routing)
         return routing
 

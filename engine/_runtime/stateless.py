@@ -17,7 +17,7 @@ from ..providers import default_decider
 if TYPE_CHECKING:
     from .._core.protocols import Decider
 
-logger = logging.getLogger("toolroute.decision")
+logger = logging.getLogger("toolroute.decisions")
 
 
 async def decide(request: DecisionRequest, *, provider: Decider | None = None) -> DecisionResult:

@@ -60,6 +60,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .one_shot import OneShot
 from .recall import Recall
+from .request_context import RequestTag, current, enter, leave
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
 
@@ -89,6 +90,8 @@ class StepSelection:
             (tools of the servers it dropped are not shown, ``always_active`` ones aside).
         explanations: when asked for (``explain=``), one ``Explanation`` per shown tool,
             then one per asked-about hidden tool; empty otherwise.
+        request_id: the id of the ``Engine.prepare_step`` call; the step's events
+            (``step.finished``, ``routing.finished``, a ``fail_open``) carry the same.
     """
 
     tool_ids: tuple[str, ...] | None
@@ -101,6 +104,7 @@ class StepSelection:
     system_prompts: tuple[str, ...] = ()
     routing: RoutingOutcome | None = None
     explanations: tuple[Explanation, ...] = ()
+    request_id: str | None = None
 
     def explanation(self, tool_id: str) -> Explanation | None:
         """The explanation of ``tool_id``, ``None`` when it was not explained."""
@@ -123,6 +127,7 @@ class PrepareStep:
     access: ToolAccess
     scope: trio.CancelScope
     reply: OneShot[StepSelection | Exception]
+    tag: RequestTag | None  # the caller's request: the step's events and result carry it
 
 
 @attrs.frozen(eq=False)
@@ -135,6 +140,7 @@ class RouteSession:
     session: str
     scope: trio.CancelScope
     reply: OneShot[RoutingOutcome | Exception]
+    tag: RequestTag | None
 
 
 StepRequest = PrepareStep | RouteSession
@@ -257,6 +263,7 @@ class Steps:
         reply = request.reply
         if reply.abandoned:
             return  # the caller gave up while it was queued: it costs nothing
+        token = enter(request.tag)  # the caller's request: its events and result carry it
         try:
             with request.scope:
                 match request:
@@ -268,6 +275,7 @@ class Steps:
                         )
                         request.reply.deliver(await _attempt(routed))
         finally:
+            leave(token)
             reply.deliver(None)  # stopped before it answered (a no-op once answered)
 
     async def _ask(
@@ -330,7 +338,7 @@ class Steps:
             check_known(ask, self._keeper.snapshot.source, "explain")
         reply = OneShot[StepSelection | Exception]()
         request = PrepareStep(
-            messages, session, force, release, ask, access, trio.CancelScope(), reply
+            messages, session, force, release, ask, access, trio.CancelScope(), reply, current()
         )
         result = await self._ask(request, reply)
         if isinstance(result, Exception):
@@ -351,7 +359,7 @@ class Steps:
         session's memory (no cache, no sticky servers), in the caller's task.
         """
         reply = OneShot[RoutingOutcome | Exception]()
-        request = RouteSession(query, servers, session, trio.CancelScope(), reply)
+        request = RouteSession(query, servers, session, trio.CancelScope(), reply, current())
         result = await self._ask(request, reply)
         if isinstance(result, Exception):
             raise result
@@ -370,12 +378,14 @@ class Steps:
     def _unserved(self, messages: Messages) -> StepSelection:
         reason = "the step service is not running"
         self._publish(FailOpen(operation="prepare_step", what_failed="steps", reason=reason))
+        tag = current()
         return StepSelection(
             tool_ids=None,
             query=extract_query(messages),
             page=0,
             outcome=Outcome.FAILED_OPEN,
             reason=reason,
+            request_id=tag.request_id if tag is not None else None,
         )
 
     async def _step(
@@ -460,6 +470,7 @@ class Steps:
         self._recall.finished()
         self._publish(
             StepFinished(
+                request_id=selection.request_id,  # set here: no copy to stamp it on the way
                 session=session,
                 query_hash=query_hash(query, self._key),
                 page=selection.page,
@@ -476,11 +487,13 @@ class Steps:
     def _finished(
         pick: StepPick, sets: Sequence[ToolSet], started: float, routing: RoutingOutcome | None
     ) -> StepSelection:
+        tag = current()
         return StepSelection(
             **attrs.asdict(pick, recurse=False),
             latency_ms=(time.perf_counter() - started) * 1000.0,
             system_prompts=tuple(system_prompts(sets, pick.active_sets)),
             routing=routing,
+            request_id=tag.request_id if tag is not None else None,
         )
 
     async def search_tools(

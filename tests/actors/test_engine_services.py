@@ -39,6 +39,7 @@ SERVICES = {
     "steps": "toolroute._runtime.steps.Steps.run",
     "fast tier": "toolroute._runtime.fast_tier_service.FastTierService.run",
     "decision actor": "toolroute._decisions.actor.DecisionActor.run",
+    "event hub": "toolroute._runtime.hub.EventHub.run",
 }
 
 

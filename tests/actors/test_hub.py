@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import pytest
 import trio
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import ConfigError
-from toolroute._core.events import Event, WarmupProgress
+from toolroute._core.events import Event, EventsDropped, WarmupProgress
 from toolroute._runtime.hub import Delivery, EventHub, EventStatistics
 
 
@@ -22,6 +23,14 @@ def progress(n: int) -> WarmupProgress:
 def done_of(delivery: Delivery) -> int:
     assert isinstance(delivery.event, WarmupProgress)
     return delivery.event.done
+
+
+def seen(delivery: Delivery) -> tuple[int | str, int]:
+    """An event as (its number, dropped); a loss notice as ("lost", its count)."""
+    if isinstance(delivery.event, EventsDropped):
+        assert delivery.event.count == delivery.dropped
+        return "lost", delivery.dropped
+    return done_of(delivery), delivery.dropped
 
 
 def drain(deliveries: trio.MemoryReceiveChannel[Delivery]) -> list[Delivery]:
@@ -48,11 +57,12 @@ async def test_slow_subscriber_loses_events_and_next_delivery_says_how_many() ->
     async with hub.subscribe(buffer=2) as deliveries:
         for n in range(10):
             hub.publish(progress(n))
-        assert [(done_of(d), d.dropped) for d in drain(deliveries)] == [(0, 0), (1, 0)]
+        # The first loss is told at once, in the slot kept for it; 3..9 wait for a read.
+        assert [seen(d) for d in drain(deliveries)] == [(0, 0), (1, 0), ("lost", 1)]
         hub.publish(progress(10))
         hub.publish(progress(11))
-        # 2..9 were lost; the count arrives with the next delivery, then resets.
-        assert [(done_of(d), d.dropped) for d in drain(deliveries)] == [(10, 8), (11, 0)]
+        # The rest of the count arrives with the next delivery, then resets.
+        assert [seen(d) for d in drain(deliveries)] == [(10, 7), (11, 0)]
     assert hub.statistics() == EventStatistics(subscribers=0, published=12, dropped=8)
 
 
@@ -70,9 +80,9 @@ async def test_publish_never_blocks_even_with_a_full_buffer(
                 hub.publish(progress(n))
         assert trio.current_time() == start
         assert hub.statistics().dropped == 10_000
-        assert [(done_of(d), d.dropped) for d in drain(deliveries)] == [(0, 0)]
+        assert [seen(d) for d in drain(deliveries)] == [(0, 0), ("lost", 1)]
         hub.publish(progress(10_001))
-        assert [(done_of(d), d.dropped) for d in drain(deliveries)] == [(10_001, 10_000)]
+        assert [seen(d) for d in drain(deliveries)] == [(10_001, 9_999)]
 
 
 async def test_subscribers_are_independent() -> None:
@@ -82,9 +92,9 @@ async def test_subscribers_are_independent() -> None:
             hub.publish(progress(n))
             assert done_of(fast.receive_nowait()) == n
         hub.publish(progress(5))
-        assert [(done_of(d), d.dropped) for d in drain(slow)] == [(0, 0)]
+        assert [seen(d) for d in drain(slow)] == [(0, 0), ("lost", 1)]
         hub.publish(progress(6))
-        assert [(done_of(d), d.dropped) for d in drain(slow)] == [(6, 5)]
+        assert [seen(d) for d in drain(slow)] == [(6, 4)]
         assert [(done_of(d), d.dropped) for d in drain(fast)] == [(5, 0), (6, 0)]
 
 
@@ -219,9 +229,17 @@ def test_every_published_event_is_received_or_counted_as_dropped(
         accounted = 0
         for delivery in received:
             accounted += delivery.dropped
+            if isinstance(delivery.event, EventsDropped):
+                continue
             assert done_of(delivery) == accounted  # exactly the lost ones were skipped
             accounted += 1
         assert accounted == published
-        assert hub.statistics().dropped == published - len(received)
+        events = [d for d in received if not isinstance(d.event, EventsDropped)]
+        assert hub.statistics().dropped == published - len(events)
+        # Notices never crowd events out: at most one is in the channel at a time.
+        assert all(
+            not (isinstance(a.event, EventsDropped) and isinstance(b.event, EventsDropped))
+            for a, b in itertools.pairwise(received)
+        )
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

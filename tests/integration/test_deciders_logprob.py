@@ -123,7 +123,7 @@ async def test_logprob_neither_token_leaves_the_question_unanswered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     server = Server(completion([("The", -0.05), ("I", -3.0)]))
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+    with caplog.at_level(logging.WARNING, "toolroute.decisions"):
         result = await logprob(server).decide(ask(q=BooleanQuestion("x")))
     assert result.answers == {}
     assert "neither 'yes' nor 'no'" in caplog.text

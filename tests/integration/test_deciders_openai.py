@@ -273,7 +273,7 @@ async def test_openai_refusal_and_malformed_answers_are_missing_not_fatal(
         ]
     }
     server = Server(reply(payload))
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+    with caplog.at_level(logging.WARNING, "toolroute.decisions"):
         result = await openai(server).decide(ask(**QUESTIONS))
     assert result.answers == {}
     assert "refused to answer question 'urgent'" in caplog.text

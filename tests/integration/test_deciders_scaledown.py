@@ -118,7 +118,7 @@ async def test_scaledown_reads_the_labels_list_and_drops_bad_scores(
         return httpx.Response(200, json={"scores": {"billing": "0.9", "technical": 0.1}})
 
     server = Server(respond)
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+    with caplog.at_level(logging.WARNING, "toolroute.decisions"):
         result = await scaledown(server).decide(
             ask(urgent=QUESTIONS["urgent"], team=QUESTIONS["team"])
         )
@@ -139,7 +139,7 @@ async def test_scaledown_a_reply_scoring_labels_not_sent_is_not_used(
     reply_body: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     server = Server(reply(reply_body))
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+    with caplog.at_level(logging.WARNING, "toolroute.decisions"):
         result = await scaledown(server).decide(ask(urgent=QUESTIONS["urgent"]))
     assert result.answers == {}
     assert "labels that were not offered" in caplog.text
@@ -203,7 +203,7 @@ async def test_scaledown_a_failed_call_leaves_only_its_questions_unanswered(
             return httpx.Response(500, json={"detail": "boom"})
         return classify(request)
 
-    with caplog.at_level(logging.WARNING, "toolroute.decision"):
+    with caplog.at_level(logging.WARNING, "toolroute.decisions"):
         result = await scaledown(Server(respond)).decide(
             ask(urgent=QUESTIONS["urgent"], team=QUESTIONS["team"])
         )

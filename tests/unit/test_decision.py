@@ -226,7 +226,7 @@ def test_read_answers_drops_malformed_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     raw = {"a": {"type": "noul", "noul": "yes"}, "b": {"type": "noul", "noul": 0.1}}
-    with caplog.at_level("WARNING", logger="toolroute.decision"):
+    with caplog.at_level("WARNING", logger="toolroute.decisions"):
         answers = read_answers(raw, {"a": YES, "b": YES, "c": YES}, vendor="V", redact=str)
     assert answers == {"b": BooleanAnswer(0.1)}  # "c" missing: unanswered, not fatal
     assert "V: dropped the answer to question 'a'" in caplog.text

@@ -16,11 +16,13 @@ from toolroute._core.events import (
     CatalogUpdated,
     DecisionFinished,
     Event,
+    EventsDropped,
     FailOpen,
     RoutingFinished,
     SelectionFinished,
     ServiceRestarted,
     StepFinished,
+    SubscriptionStarted,
     WarmupFinished,
     WarmupProgress,
     from_json,
@@ -39,6 +41,8 @@ TAGS: dict[type[Any], str] = {
     FailOpen: "fail_open",
     ServiceRestarted: "service.restarted",
     CatalogUpdated: "catalog.updated",
+    SubscriptionStarted: "subscription.started",
+    EventsDropped: "events.dropped",
 }
 KEY = b"k" * 32
 

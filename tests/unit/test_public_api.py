@@ -95,11 +95,13 @@ EVENTS = {
     "DecisionFinished",
     "Delivery",
     "Event",
+    "EventsDropped",
     "FailOpen",
     "RoutingFinished",
     "SelectionFinished",
     "ServiceRestarted",
     "StepFinished",
+    "SubscriptionStarted",
     "WarmupFinished",
     "WarmupProgress",
     "from_json",
@@ -289,6 +291,39 @@ def test_renamed_objects_still_pickle_and_resolve_their_types() -> None:
     assert config.warmup == toolroute.config.WarmupConfig(wait=True)
     event = toolroute.events.WarmupFinished(tools=3, embedded=3, from_cache=1, seconds=0.5)
     assert toolroute.events.from_json(toolroute.events.to_json(event)) == event
+
+
+#: The fields that tie events to their request and results (pinned: consumers join on them).
+REQUEST_FIELDS = {
+    toolroute.Selection: {"request_id"},
+    toolroute.StepSelection: {"request_id"},
+    toolroute.RoutingOutcome: {"request_id"},
+    toolroute.events.SelectionFinished: {"session", "request_id"},
+    toolroute.events.StepFinished: {"session", "request_id"},
+    toolroute.events.RoutingFinished: {"session", "request_id"},
+    toolroute.events.DecisionFinished: {"session", "request_id"},
+    toolroute.events.FailOpen: {"operation", "session", "request_id"},
+    toolroute.events.SubscriptionStarted: {
+        "warmup",
+        "warmup_reason",
+        "catalog_version",
+        "tools",
+        "fast_tier",
+        "time",
+    },
+    toolroute.events.EventsDropped: {"count", "time"},
+}
+
+
+@pytest.mark.parametrize(
+    ("cls", "names"), REQUEST_FIELDS.items(), ids=lambda v: getattr(v, "__name__", "")
+)
+def test_request_fields_are_keyword_only_and_pinned(cls: type, names: set[str]) -> None:
+    fields = attrs.fields_dict(cls)
+    new_events = (toolroute.events.SubscriptionStarted, toolroute.events.EventsDropped)
+    assert names == set(fields) if cls in new_events else names <= set(fields)
+    # Keyword-only: a field added later never shifts a caller's arguments.
+    assert all(fields[name].kw_only for name in names)
 
 
 def test_reader_entry_points_exist() -> None:

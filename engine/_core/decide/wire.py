@@ -26,7 +26,7 @@ from .types import (
     Usage,
 )
 
-logger = logging.getLogger("toolroute.decision")
+logger = logging.getLogger("toolroute.decisions")
 
 #: Answer ``type`` values that mean "boolean" in some vendor's vocabulary.
 BOOLEAN_TYPES = frozenset({"noul", "boolean", "predicate"})

@@ -66,6 +66,9 @@ class Selection:
         active_sets: names of the tool sets that activated (for ``system_prompts``).
         explanations: when asked for (``explain=``), one ``Explanation`` per shown tool in
             order, then one per asked-about hidden tool; empty otherwise.
+        request_id: the id of the ``Engine.select`` call that made it; its events
+            (``selection.finished``, a ``fail_open``) carry the same. ``None`` outside an
+            engine (``ToolIndex.select``).
     """
 
     tool_ids: tuple[str, ...]
@@ -77,6 +80,7 @@ class Selection:
     sources: tuple[str, ...] = ()
     active_sets: tuple[str, ...] = ()
     explanations: tuple[Explanation, ...] = ()
+    request_id: str | None = None
 
     def explanation(self, tool_id: str) -> Explanation | None:
         """The explanation of ``tool_id``, ``None`` when it was not explained."""

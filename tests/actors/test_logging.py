@@ -15,7 +15,12 @@ from toolroute._core.config import EngineConfig, EventConfig, SelectionDefaults
 from toolroute._runtime.engine import open_engine
 
 ROOT = Path(__file__).parents[2]
-LAYER_LOGGERS = {"toolroute.runtime", "toolroute.decisions", "toolroute.asyncio"}
+LAYER_LOGGERS = {
+    "toolroute.runtime",
+    "toolroute.decisions",
+    "toolroute.asyncio",
+    "toolroute.integrations",
+}
 CATALOG = Catalog.from_mcp_servers(
     {
         "github": {"tools": [{"name": "create_issue", "description": "Open a GitHub issue"}]},

@@ -1,4 +1,4 @@
-"""The ``toolroute`` command: select, eval, route, demo and bench."""
+"""The ``toolroute`` command: select, eval, route, demo, bench and serve."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from .inputs import (
     read_catalog,
     read_queries,
 )
+from .serve import add_serve_command
 
 EMBEDDERS = ("minilm", "hashing", "none")
 
@@ -155,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="stream the agent part's events as JSON lines"
     )
     demo.set_defaults(run=_run_demo)
+    add_serve_command(commands)
     return parser
 
 

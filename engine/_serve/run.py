@@ -1,0 +1,119 @@
+"""Running the service: one engine, Hypercorn's trio worker, and a graceful stop on signals.
+
+Why trio and not the asyncio bridge: the engine is trio-native, and on the same machine the
+trio worker answered ``select`` with less overhead than uvicorn with the guest-mode bridge
+(``tests/bench/bench_serve.py --compare``; the figures are in ``docs/notes/serve.md``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from .._core.catalog.catalog import Catalog
+from .._core.errors import ConfigError
+from .._runtime.engine import Engine, open_engine
+from .app import ServeApp
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine (``localhost``, 127/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name: it may resolve to anything
+        return False
+
+
+def check_token_rule(host: str, token: str | None, token_env: str) -> None:
+    """Refuse to listen beyond loopback without a bearer token.
+
+    Raises:
+        ConfigError: ``host`` is not loopback and ``token`` is empty.
+    """
+    if not token and not is_loopback(host):
+        raise ConfigError(
+            f"expected a bearer token in ${token_env} to listen on {host!r} (beyond "
+            f"loopback), got none; set it, or listen on 127.0.0.1"
+        )
+
+
+def hypercorn_config(host: str, port: int, grace_s: float) -> Any:
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.graceful_timeout = grace_s
+    config.accesslog = None
+    config.errorlog = None  # the command prints where it listens itself
+    config.include_server_header = False
+    return config
+
+
+async def serve_engine(
+    engine: Engine,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    max_body_bytes: int = 1 << 20,
+    grace_s: float = 10.0,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve ``engine`` until SIGINT or SIGTERM, then finish the requests in flight.
+
+    The first signal drains: ``/ready`` answers 503, event streams end, the listener closes,
+    and requests in flight get ``grace_s`` seconds to finish. A second signal stops at once.
+
+    Raises:
+        ConfigError: the bind address is beyond loopback and there is no token.
+    """
+    import hypercorn.trio
+
+    check_token_rule(host, token, "the token variable")
+    app = ServeApp(engine, token=token or None, max_body_bytes=max_body_bytes)
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signals() -> None:
+                async for _ in signals:
+                    if stop.is_set():
+                        nursery.cancel_scope.cancel("second signal: stop now")
+                        return
+                    app.drain()
+                    stop.set()
+
+            async def when_ready() -> None:
+                await engine.ready()
+                app.mark_ready()
+
+            nursery.start_soon(on_signals)
+            nursery.start_soon(when_ready)
+            config = hypercorn_config(host, port, grace_s)
+            served = trio.Event()
+
+            async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
+                try:
+                    await hypercorn.trio.serve(
+                        app, config, shutdown_trigger=stop.wait, task_status=task_status
+                    )
+                finally:
+                    served.set()
+
+            binds: list[str] = await nursery.start(run_http)
+            announce(f"toolroute serve: listening on {binds[0]}")
+            # ``serve`` returns once the requests in flight are done (or the grace is over).
+            await served.wait()
+            nursery.cancel_scope.cancel("served")
+
+
+async def serve_catalog(catalog: Catalog, engine_options: dict[str, Any], **options: Any) -> None:
+    """Open an engine over ``catalog`` and serve it (``serve_engine``'s options)."""
+    async with open_engine(catalog, **engine_options) as engine:
+        await serve_engine(engine, **options)

@@ -1,8 +1,9 @@
-"""Running the service: one engine, Hypercorn's trio worker, and a graceful stop on signals.
+"""Running the service: one engine, the trio HTTP server, and a graceful stop on signals.
 
 Why trio and not the asyncio bridge: the engine is trio-native, and on the same machine the
-trio worker answered ``select`` with less overhead than uvicorn with the guest-mode bridge
-(``tests/bench/bench_serve.py --compare``; the figures are in ``docs/notes/serve.md``).
+trio server answered ``select`` with less overhead than uvicorn with the guest-mode bridge,
+and than Hypercorn's trio worker (``tests/bench/bench_serve.py --compare``; the figures are
+in ``docs/notes/serve.md``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._core.catalog.catalog import Catalog
 from .._core.errors import ConfigError
 from .._runtime.engine import Engine, open_engine
 from .app import ServeApp
+from .http11 import Limits, serve_http
 
 
 def is_loopback(host: str) -> bool:
@@ -43,18 +45,6 @@ def check_token_rule(host: str, token: str | None, token_env: str) -> None:
         )
 
 
-def hypercorn_config(host: str, port: int, grace_s: float) -> Any:
-    from hypercorn.config import Config
-
-    config = Config()
-    config.bind = [f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.graceful_timeout = grace_s
-    config.accesslog = None
-    config.errorlog = None  # the command prints where it listens itself
-    config.include_server_header = False
-    return config
-
-
 async def serve_engine(
     engine: Engine,
     *,
@@ -73,12 +63,11 @@ async def serve_engine(
     Raises:
         ConfigError: the bind address is beyond loopback and there is no token.
     """
-    import hypercorn.trio
-
     check_token_rule(host, token, "the token variable")
     app = ServeApp(engine, token=token or None, max_body_bytes=max_body_bytes)
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        listeners = await trio.open_tcp_listeners(port, host=host)
         async with trio.open_nursery() as nursery:
 
             async def on_signals() -> None:
@@ -93,24 +82,21 @@ async def serve_engine(
                 await engine.ready()
                 app.mark_ready()
 
+            async def run_http(*, task_status: trio.TaskStatus[None]) -> None:
+                await serve_http(app, listeners, stop, limits, task_status=task_status)
+                # Every request in flight has finished (or the grace ran out): done.
+                nursery.cancel_scope.cancel("served")
+
+            limits = Limits(grace_s=grace_s)
             nursery.start_soon(on_signals)
             nursery.start_soon(when_ready)
-            config = hypercorn_config(host, port, grace_s)
-            served = trio.Event()
+            await nursery.start(run_http)
+            announce(f"toolroute serve: listening on {_url(listeners[0])}")
 
-            async def run_http(*, task_status: trio.TaskStatus[list[str]]) -> None:
-                try:
-                    await hypercorn.trio.serve(
-                        app, config, shutdown_trigger=stop.wait, task_status=task_status
-                    )
-                finally:
-                    served.set()
 
-            binds: list[str] = await nursery.start(run_http)
-            announce(f"toolroute serve: listening on {binds[0]}")
-            # ``serve`` returns once the requests in flight are done (or the grace is over).
-            await served.wait()
-            nursery.cancel_scope.cancel("served")
+def _url(listener: trio.SocketListener) -> str:
+    host, port = listener.socket.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 async def serve_catalog(catalog: Catalog, engine_options: dict[str, Any], **options: Any) -> None:

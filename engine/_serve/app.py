@@ -216,12 +216,8 @@ class ServeApp:
             self._drained = anyio.Event()
             if self.draining:
                 self._drained.set()
-        try:
-            subscription = self.engine.subscribe(buffer)
-        except ConfigError as exc:
-            raise ServeError(400, "invalid_value", str(exc), "buffer") from None
         gone = False
-        async with subscription as deliveries, anyio.create_task_group() as streams:
+        async with self.engine.subscribe(buffer) as deliveries, anyio.create_task_group() as streams:
 
             async def until_gone() -> None:
                 nonlocal gone
@@ -279,9 +275,11 @@ def _buffer(scope: Scope) -> int | None:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("buffer")
     if not values:
         return None
-    if not values[-1].isdigit():
+    if not values[-1].isdigit() or int(values[-1]) < 1:
         raise ServeError(
-            400, "invalid_value", f"buffer: expected a positive integer, got {values[-1]!r}",
+            400,
+            "invalid_value",
+            f"buffer: expected an integer of at least 1, got {values[-1]!r}",
             "buffer",
         )
     return int(values[-1])

@@ -13,6 +13,7 @@ closes; after ``grace_s`` whatever is left is cancelled.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -111,6 +112,10 @@ async def _connection(
                         event = await _next_event(conn, stream)
                     if not isinstance(event, h11.Request):
                         return  # idle too long, closed, or not a request
+                    if _head_size(event) > limits.max_header_bytes:
+                        # h11 bounds only a head still arriving; one read can bring it whole.
+                        await _refuse(conn, stream, 431, "request head too large")
+                        return
                     connections.idle[scope] = False
                     await _exchange(conn, stream, event, app, connections)
                     connections.idle[scope] = True
@@ -118,8 +123,12 @@ async def _connection(
                     if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                         return  # a body the app did not read, or a response cut short
                     conn.start_next_cycle()
-        except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
-            await _refuse(conn, stream)
+        except h11.RemoteProtocolError as exc:
+            await _refuse(
+                conn, stream, exc.error_status_hint, "malformed or oversized request head"
+            )
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
         finally:
             del connections.idle[scope]
 
@@ -132,17 +141,26 @@ def _skip_buffered_body(conn: h11.Connection) -> None:
             return
 
 
-async def _refuse(conn: h11.Connection, stream: trio.SocketStream) -> None:
-    """Answer a request h11 could not read (too large, malformed) with 400, if still possible."""
+def _head_size(request: h11.Request) -> int:
+    return len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+
+
+async def _refuse(conn: h11.Connection, stream: trio.SocketStream, status: int, why: str) -> None:
+    """Answer a request head we will not read (malformed, too large), then close."""
     if conn.our_state not in {h11.IDLE, h11.SEND_RESPONSE}:
-        return
-    body = b'{"error": {"type": "bad_request", "message": "malformed or oversized request head", "field": null}}'
-    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+        return  # a response has begun: closing is all that is left
+    kind = "too_large" if status == 431 else "bad_request"
+    body = json.dumps({"error": {"type": kind, "message": why, "field": None}}).encode()
+    headers = [
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+        ("connection", "close"),
+    ]
     try:
-        data = conn.send(h11.Response(status_code=400, headers=[*headers, ("connection", "close")]))
-        await stream.send_all((data or b"") + (conn.send(h11.Data(data=body)) or b""))
+        head = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+        await stream.send_all((head or b"") + (conn.send(h11.Data(data=body)) or b""))
     except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
+        pass  # the client has gone: nothing to tell it
 
 
 async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> Any:

@@ -95,7 +95,9 @@ def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:
         "required": ["status"],
     }
     paths["/health"] = _probe("health", "The process is up", "200", health)
-    paths["/ready"] = _probe("ready", "Warm-up has finished and the service takes traffic", "200", _READY)
+    paths["/ready"] = _probe(
+        "ready", "Warm-up has finished and the service takes traffic", "200", _READY
+    )
     paths["/ready"]["get"]["responses"]["503"] = _json(_READY, "warming up or shutting down")
     paths["/v1/events"] = {
         "get": {

@@ -7,9 +7,9 @@ The catalogue is the first ``--tools`` BFCL tools, the requests BFCL's queries. 
 in a process of its own (``toolroute serve``: its own HTTP/1.1 server on trio); this process is the
 client: raw HTTP/1.1 keep-alive connections on asyncio, so the client's own cost stays small.
 The in-process baseline is ``await engine.select`` on a trio engine over the same catalogue
-and embedder, in a third process. Baseline and HTTP rounds alternate (``--rounds``) so both
-see the same machine load; the overhead is the median HTTP latency at one connection minus the
-median in-process latency.
+and embedder, in a process of its own. Every target runs at once, and blocks of the same requests alternate
+between them (``--rounds`` × 10 blocks) so all see the same machine load; the overhead is the
+median HTTP latency at one connection minus the median in-process latency.
 
 Then throughput and p50/p99 latency at 1, 10 and 100 concurrent connections. With
 ``--compare`` the same load also runs against the same app under Hypercorn's trio worker and
@@ -109,7 +109,9 @@ async def _response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     lines = head.split(b"\r\n")
     status = int(lines[0].split()[1])
     length = next(
-        int(line.split(b":", 1)[1]) for line in lines[1:] if line.lower().startswith(b"content-length:")
+        int(line.split(b":", 1)[1])
+        for line in lines[1:]
+        if line.lower().startswith(b"content-length:")
     )
     return status, await reader.readexactly(length)
 
@@ -123,18 +125,32 @@ def _request(query: str) -> bytes:
     return head.encode() + body
 
 
-async def _connection(port: int, requests: list[bytes], latencies: list[float]) -> None:
+async def _connection(
+    port: int, requests: list[bytes], latencies: list[float], outside: list[float] | None = None
+) -> None:
+    """Send ``requests`` one after the other; ``outside`` gets, per request, the time the
+    client saw minus the ``latency_ms`` the engine measured inside ``select``: what the HTTP
+    path costs that request, the select's own variation taken out."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for request in requests:
             started = time.perf_counter()
             writer.write(request)
             status, body = await _response(reader)
-            latencies.append((time.perf_counter() - started) * 1000.0)
+            latency = (time.perf_counter() - started) * 1000.0
+            latencies.append(latency)
             if status != 200:
                 raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+            if outside is not None:
+                outside.append(latency - json.loads(body)["latency_ms"])
     finally:
         writer.close()
+
+
+async def _latencies(port: int, queries: list[str], outside: list[float]) -> list[float]:
+    latencies: list[float] = []
+    await _connection(port, [_request(q) for q in queries], latencies, outside)
+    return latencies
 
 
 async def _load(port: int, queries: list[str], total: int, connections: int) -> dict[str, Any]:
@@ -154,21 +170,39 @@ async def _load(port: int, queries: list[str], total: int, connections: int) -> 
     }
 
 
-def _in_process(catalog: Path, embedder: str, queries: list[str], cache: Path) -> list[float]:
-    """Median-ready latencies of ``await engine.select`` in a fresh process (the baseline)."""
-    out = subprocess.run(
+@contextlib.contextmanager
+def _baseline(catalog: Path, embedder: str, cache: Path) -> Iterator[subprocess.Popen[str]]:
+    """The in-process baseline: a process running ``await engine.select`` on request."""
+    process = subprocess.Popen(
         [sys.executable, __file__, "--in-process", str(catalog), "--embedder", embedder,
-         "--cache-dir", str(cache), "--count", str(len(queries))],
-        input=json.dumps(queries), capture_output=True, text=True, check=True,
+         "--cache-dir", str(cache)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    latencies: list[float] = json.loads(out.stdout)
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the baseline process did not start")
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _baseline_block(process: subprocess.Popen[str], queries: list[str]) -> list[float]:
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write(json.dumps(queries) + "\n")
+    process.stdin.flush()
+    latencies: list[float] = json.loads(process.stdout.readline())
     return latencies
 
 
 def _embedder(name: str) -> Any:
     from toolroute.providers import HashingEmbedder, default_embedder
 
-    return {"hashing": HashingEmbedder, "minilm": default_embedder}[name]() if name != "none" else None
+    return (
+        {"hashing": HashingEmbedder, "minilm": default_embedder}[name]() if name != "none" else None
+    )
 
 
 def _engine_config(cache: str) -> Any:
@@ -182,23 +216,22 @@ def _run_in_process(args: argparse.Namespace) -> None:
 
     from toolroute import Catalog, open_engine
 
-    queries: list[str] = json.loads(sys.stdin.read())
     catalog = Catalog.from_file(args.in_process)
 
-    async def main() -> list[float]:
+    async def main() -> None:
         config = _engine_config(args.cache_dir)
         async with open_engine(catalog, embedder=_embedder(args.embedder), config=config) as engine:
             await engine.ready()
-            for query in queries[:WARMUP]:
-                await engine.select(query)
-            times = []
-            for query in queries:
-                started = time.perf_counter()
-                await engine.select(query)
-                times.append((time.perf_counter() - started) * 1000.0)
-            return times
+            print("ready", flush=True)
+            while line := await trio.to_thread.run_sync(sys.stdin.readline):
+                times = []
+                for query in json.loads(line):
+                    started = time.perf_counter()
+                    await engine.select(query)
+                    times.append((time.perf_counter() - started) * 1000.0)
+                print(json.dumps(times), flush=True)
 
-    print(json.dumps(trio.run(main)))
+    trio.run(main)
 
 
 def _run_asyncio_server(args: argparse.Namespace) -> None:
@@ -256,16 +289,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default=str(HERE.parents[2] / "shared" / "datasets"))
     parser.add_argument("--tools", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=2000, help="per load level")
+    parser.add_argument("--requests", type=int, default=2000, help="per load level and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--embedder", choices=("hashing", "minilm", "none"), default="hashing")
-    parser.add_argument("--compare", action="store_true", help="also uvicorn + asyncio bridge")
+    parser.add_argument(
+        "--compare", action="store_true", help="also Hypercorn, and uvicorn + the asyncio bridge"
+    )
     parser.add_argument("--in-process", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--asyncio-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--hypercorn-server", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.in_process:
         return _run_in_process(args)
@@ -277,43 +311,56 @@ def main() -> None:
     datasets = Path(args.datasets)
     queries = _queries(datasets)
     kinds = ("trio", "hypercorn", "asyncio") if args.compare else ("trio",)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as running:
         folder = Path(tmp)
         catalog = _catalog_file(datasets, args.tools, folder)
         cache = folder / "cache"
-        baseline: list[float] = []
+        baseline = running.enter_context(_baseline(catalog, args.embedder, cache))
+        ports = {
+            kind: running.enter_context(_server(kind, catalog, args.embedder, cache))
+            for kind in kinds
+        }
+        for port in ports.values():
+            asyncio.run(_load(port, queries, WARMUP, 1))
+        _baseline_block(baseline, queries[:WARMUP])
+        # Overhead: blocks of the same requests, alternated, so every target sees the same load.
+        block = max(50, args.requests // 10)
+        in_process: list[float] = []
         single: dict[str, list[float]] = {kind: [] for kind in kinds}
-        loads: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
-        for round_ in range(args.rounds):
-            baseline += _in_process(catalog, args.embedder, queries[: args.requests], cache)
-            for kind in kinds:
-                with _server(kind, catalog, args.embedder, cache) as port:
-                    asyncio.run(_load(port, queries, WARMUP, 1))
-                    for level in LEVELS:
-                        result = asyncio.run(_load(port, queries, args.requests, level))
-                        result.update(server=kind, round=round_)
-                        print(json.dumps(result), flush=True)
-                        loads[kind].append(result)
-                        if level == 1:
-                            single[kind].append(result["p50_ms"])
-        in_process_p50 = statistics.median(baseline)
+        outside: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for round_ in range(args.rounds * 10):
+            part = [queries[(round_ * block + i) % len(queries)] for i in range(block)]
+            in_process += _baseline_block(baseline, part)
+            # The order turns each block: no target always runs right after the baseline.
+            for kind in kinds[round_ % len(kinds) :] + kinds[: round_ % len(kinds)]:
+                single[kind] += asyncio.run(_latencies(ports[kind], part, outside[kind]))
+        in_process_p50 = statistics.median(in_process)
         summary: dict[str, Any] = {
             "tools": args.tools,
             "embedder": args.embedder,
+            "requests_per_target": len(in_process),
             "in_process_select_p50_ms": round(in_process_p50, 3),
         }
         for kind in kinds:
             http_p50 = statistics.median(single[kind])
             summary[kind] = {
-                "http_select_p50_ms_1conn": round(http_p50, 3),
+                "http_select_p50_ms": round(http_p50, 3),
                 "overhead_p50_ms": round(http_p50 - in_process_p50, 3),
-                **{
-                    f"{level}conn": {
-                        key: round(statistics.median(r[key] for r in loads[kind] if r["connections"] == level), 3)
-                        for key in ("rps", "p50_ms", "p99_ms")
-                    }
-                    for level in LEVELS
-                },
+                "outside_select_p50_ms": round(statistics.median(outside[kind]), 3),
+            }
+        # Load: each level against each target in turn, ``--rounds`` times.
+        loads: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for round_ in range(args.rounds):
+            for level in LEVELS:
+                for kind, port in ports.items():
+                    result = asyncio.run(_load(port, queries, args.requests, level))
+                    result.update(server=kind, round=round_)
+                    print(json.dumps(result), flush=True)
+                    loads.setdefault((kind, level), []).append(result)
+        for (kind, level), results in loads.items():
+            summary[kind][f"{level}_connections"] = {
+                key: round(statistics.median(r[key] for r in results), 3)
+                for key in ("rps", "p50_ms", "p99_ms")
             }
         print(json.dumps({"summary": summary}, indent=1))
 

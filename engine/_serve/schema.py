@@ -219,7 +219,9 @@ def _got(value: object) -> str:
         return f"the string {value[:40]!r}"
     if isinstance(value, int | float):
         return repr(value)
-    return {dict: "an object", list: "an array"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict):
+        return "an object"
+    return "an array" if isinstance(value, list) else type(value).__name__
 
 
 def _join(field: str | None, name: str) -> str:

@@ -80,6 +80,16 @@ class ServeProcess:
     process: subprocess.Popen[str]
     url: str
     lines: list[str]
+    reader: threading.Thread
+
+    def close(self) -> None:
+        """Kill the process if it still runs, and release its pipe."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.reader.join()
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
 
 def start_serve(args: Sequence[str], *, env: dict[str, str] | None = None) -> ServeProcess:
@@ -105,9 +115,11 @@ def start_serve(args: Sequence[str], *, env: dict[str, str] | None = None) -> Se
             if "listening on" in line:
                 found.set()
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    started = ServeProcess(process, "", lines, reader)
     if not found.wait(START_S):
-        process.kill()
+        started.close()
         raise AssertionError(f"toolroute serve did not start: {lines}")
-    url = next(line for line in lines if "listening on" in line).rsplit(" ", 1)[1]
-    return ServeProcess(process, url, lines)
+    started.url = next(line for line in lines if "listening on" in line).rsplit(" ", 1)[1]
+    return started

@@ -217,7 +217,10 @@ class ServeApp:
             if self.draining:
                 self._drained.set()
         gone = False
-        async with self.engine.subscribe(buffer) as deliveries, anyio.create_task_group() as streams:
+        async with (
+            self.engine.subscribe(buffer) as deliveries,
+            anyio.create_task_group() as streams,
+        ):
 
             async def until_gone() -> None:
                 nonlocal gone

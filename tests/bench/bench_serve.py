@@ -105,15 +105,21 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 
 async def _response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    status, body, _ = await _response_closing(reader)
+    return status, body
+
+
+async def _response_closing(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+    """The status, the body, and whether the server closes the connection after it
+    (Hypercorn does after 1,000 requests on one connection)."""
     head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
+    lines = [line.lower() for line in head.split(b"\r\n")]
     status = int(lines[0].split()[1])
     length = next(
-        int(line.split(b":", 1)[1])
-        for line in lines[1:]
-        if line.lower().startswith(b"content-length:")
+        int(line.split(b":", 1)[1]) for line in lines if line.startswith(b"content-length:")
     )
-    return status, await reader.readexactly(length)
+    closing = b"connection: close" in lines
+    return status, await reader.readexactly(length), closing
 
 
 def _request(query: str) -> bytes:
@@ -136,8 +142,11 @@ async def _connection(
         for request in requests:
             started = time.perf_counter()
             writer.write(request)
-            status, body = await _response(reader)
+            status, body, closing = await _response_closing(reader)
             latency = (time.perf_counter() - started) * 1000.0
+            if closing:
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
             latencies.append(latency)
             if status != 200:
                 raise RuntimeError(f"HTTP {status}: {body[:200]!r}")

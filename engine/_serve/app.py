@@ -1,8 +1,9 @@
 """The ASGI application: authentication, body limits, JSON errors, the routes, and events.
 
 It runs under any ASGI server and either event loop: its only concurrency is anyio's, and
-the engine it is given is the trio ``Engine`` (Hypercorn's trio worker, the default) or the
-asyncio one (``toolroute.asyncio``), whose operations have the same names.
+the engine it is given is the trio ``Engine`` (under the service's own trio server, the
+default) or the asyncio one (``toolroute.asyncio``, under uvicorn, say), whose operations
+have the same names.
 
 Errors are ``{"error": {"type", "message", "field"}}``: 400 for a body that is not JSON or
 does not fit its schema, 422 for a value the engine refused (``ConfigError``,

@@ -14,6 +14,7 @@ closes; after ``grace_s`` whatever is left is cancelled.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from http import HTTPStatus
 from typing import Any
@@ -28,6 +29,8 @@ App = Callable[
     [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
     Awaitable[None],
 ]
+
+log = logging.getLogger(__name__)
 
 #: Bytes read from the socket at a time.
 READ_SIZE = 65536
@@ -129,6 +132,10 @@ async def _connection(
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        except Exception:
+            # A fault of ours on one connection (h11 refusing what the app sent, say) ends
+            # that connection, never the server and every other connection with it.
+            log.exception("toolroute serve: a connection failed")
         finally:
             del connections.idle[scope]
 
@@ -198,22 +205,35 @@ async def _exchange(
     }
     body_done = False
     started: dict[str, Any] = {}
+    # Once the client has gone, sends are dropped (ASGI: the app learns it from ``receive``).
+    gone = trio.Event()
 
     async def receive() -> Message:
         nonlocal body_done
         if not body_done:
-            event = await _next_event(conn, stream)
+            try:
+                if conn.they_are_waiting_for_100_continue:  # curl asks before a large body
+                    go_on = h11.InformationalResponse(status_code=100, headers=[])
+                    await stream.send_all(conn.send(go_on) or b"")
+                event = await _next_event(conn, stream)
+            except (h11.RemoteProtocolError, trio.BrokenResourceError):
+                event = None  # the client went away mid-body, or sent a broken one
             if isinstance(event, h11.Data):
                 return {"type": "http.request", "body": bytes(event.data), "more_body": True}
             body_done = True
             if isinstance(event, h11.EndOfMessage):
                 return {"type": "http.request", "body": b"", "more_body": False}
+            gone.set()
             return {"type": "http.disconnect"}
         # After the body the only news is the client leaving (an event stream waits on it).
-        while True:
-            data = await stream.receive_some(READ_SIZE)
+        while not gone.is_set():
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except trio.BrokenResourceError:
+                data = b""
             if not data:
-                return {"type": "http.disconnect"}
+                gone.set()
+        return {"type": "http.disconnect"}
 
     async def send(message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -235,7 +255,12 @@ async def _exchange(
             out += conn.send(h11.Data(data=chunk)) or b""
         if not message.get("more_body", False):
             out += conn.send(h11.EndOfMessage()) or b""
-        await stream.send_all(out)
+        if gone.is_set():
+            return
+        try:
+            await stream.send_all(out)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            gone.set()
 
     await app(scope, receive, send)
     if "sent" not in started:  # the app ended without answering: our fault

@@ -311,3 +311,43 @@ async def test_a_bad_event_buffer_is_400(tmp_path: Path) -> None:
         zero = await client.get("/v1/events?buffer=0")
     assert (word.status_code, word.json()["error"]["field"]) == (400, "buffer")
     assert (zero.status_code, zero.json()["error"]["field"]) == (400, "buffer")
+
+
+def _select_head(body: bytes, *extra: bytes) -> bytes:
+    return (
+        b"POST /v1/select HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        + b"".join(line + b"\r\n" for line in extra)
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+
+
+async def test_a_client_that_expects_100_continue_gets_it(tmp_path: Path) -> None:
+    body = json.dumps({"query": QUERY}).encode()
+    async with served(tmp_path) as service:
+        port = int(service.url.rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(_select_head(body, b"Expect: 100-continue"))
+        with trio.fail_after(30):
+            first = await stream.receive_some(65536)
+            await stream.send_all(body)
+            answer = b""
+            while b"tool_ids" not in answer:
+                answer += await stream.receive_some(65536)
+        await stream.aclose()
+    assert first.startswith(b"HTTP/1.1 100 ")
+    assert b"HTTP/1.1 200 " in first + answer
+
+
+async def test_a_client_gone_mid_body_is_no_error_of_ours(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = json.dumps({"query": QUERY}).encode()
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        port = int(service.url.rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(_select_head(body) + body[:5])
+        await trio.sleep(0.1)
+        await stream.aclose()
+        after = await client.post("/v1/select", json={"query": QUERY})
+    assert after.status_code == 200
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

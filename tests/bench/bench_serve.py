@@ -360,9 +360,10 @@ def main() -> None:
         # Load: each level against each target in turn, ``--rounds`` times.
         loads: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for round_ in range(args.rounds):
-            for level in LEVELS:
-                for kind, port in ports.items():
-                    result = asyncio.run(_load(port, queries, args.requests, level))
+            for turn, level in enumerate(LEVELS):
+                start = (round_ + turn) % len(kinds)
+                for kind in kinds[start:] + kinds[:start]:
+                    result = asyncio.run(_load(ports[kind], queries, args.requests, level))
                     result.update(server=kind, round=round_)
                     print(json.dumps(result), flush=True)
                     loads.setdefault((kind, level), []).append(result)

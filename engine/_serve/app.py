@@ -186,7 +186,9 @@ class ServeApp:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                raise ServeError(400, "disconnected", "the client went away mid-body")
+                raise ServeError(
+                    400, "incomplete_body", "the body did not arrive whole (stalled or cut off)"
+                )
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:

@@ -120,7 +120,7 @@ async def _connection(
                         await _refuse(conn, stream, 431, "request head too large")
                         return
                     connections.idle[scope] = False
-                    await _exchange(conn, stream, event, app, connections)
+                    await _exchange(conn, stream, event, app, connections, limits.idle_s)
                     connections.idle[scope] = True
                     _skip_buffered_body(conn)
                     if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
@@ -186,6 +186,7 @@ async def _exchange(
     request: h11.Request,
     app: App,
     connections: _Connections,
+    idle_s: float,
 ) -> None:
     target = request.target.decode("latin-1")
     path, _, query = target.partition("?")
@@ -215,15 +216,16 @@ async def _exchange(
                 if conn.they_are_waiting_for_100_continue:  # curl asks before a large body
                     go_on = h11.InformationalResponse(status_code=100, headers=[])
                     await stream.send_all(conn.send(go_on) or b"")
-                event = await _next_event(conn, stream)
+                event = None  # a body that stalls for ``idle_s``: the app answers, we close
+                with trio.move_on_after(idle_s):
+                    event = await _next_event(conn, stream)
             except (h11.RemoteProtocolError, trio.BrokenResourceError):
-                event = None  # the client went away mid-body, or sent a broken one
+                gone.set()  # the client went away mid-body, or sent a broken one
             if isinstance(event, h11.Data):
                 return {"type": "http.request", "body": bytes(event.data), "more_body": True}
             body_done = True
             if isinstance(event, h11.EndOfMessage):
                 return {"type": "http.request", "body": b"", "more_body": False}
-            gone.set()
             return {"type": "http.disconnect"}
         # After the body the only news is the client leaving (an event stream waits on it).
         while not gone.is_set():

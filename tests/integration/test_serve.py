@@ -351,3 +351,17 @@ async def test_a_client_gone_mid_body_is_no_error_of_ours(
         after = await client.post("/v1/select", json={"query": QUERY})
     assert after.status_code == 200
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_a_body_that_stalls_is_given_up_on(tmp_path: Path) -> None:
+    body = json.dumps({"query": QUERY}).encode()
+    async with served(tmp_path, idle_s=0.2) as service:
+        stream = await trio.open_tcp_stream("127.0.0.1", int(service.url.rsplit(":", 1)[1]))
+        await stream.send_all(_select_head(body) + body[:5])  # and then nothing
+        answer = b""
+        with trio.fail_after(30):
+            while chunk := await stream.receive_some(65536):
+                answer += chunk
+        await stream.aclose()
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"incomplete_body" in answer

@@ -49,7 +49,10 @@ def _read_response(sock: socket.socket) -> bytes:
     return data
 
 
-def test_the_process_requires_the_token_from_its_environment(service: ServeProcess) -> None:
+def test_the_token_is_required_and_sigterm_lets_the_request_in_flight_finish(
+    service: ServeProcess,
+) -> None:
+    # One process for both (each start costs seconds): the token from its environment first.
     with httpx.Client(base_url=service.url) as client:
         refused = client.post("/v1/select", json={"query": "weather"})
         served = client.post(
@@ -61,8 +64,6 @@ def test_the_process_requires_the_token_from_its_environment(service: ServeProce
     assert served.json()["strategy"] == "keyword"  # --embedder none
     assert health.status_code == 200
 
-
-def test_sigterm_lets_the_request_in_flight_finish_then_exits(service: ServeProcess) -> None:
     body = json.dumps({"query": "what is the weather in Oslo"}).encode()
     head = (
         f"POST /v1/select HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer tok3n\r\n"

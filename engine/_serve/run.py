@@ -54,6 +54,7 @@ async def serve_engine(
     max_body_bytes: int = 1 << 20,
     grace_s: float = 10.0,
     announce: Callable[[str], None] = print,
+    listeners: list[trio.SocketListener] | None = None,
 ) -> None:
     """Serve ``engine`` until SIGINT or SIGTERM, then finish the requests in flight.
 
@@ -61,13 +62,15 @@ async def serve_engine(
     and requests in flight get ``grace_s`` seconds to finish. A second signal stops at once.
 
     Raises:
-        ConfigError: the bind address is beyond loopback and there is no token.
+        ConfigError: the bind address is beyond loopback and there is no token, or the
+            address cannot be listened on.
     """
     check_token_rule(host, token, "the token variable")
     app = ServeApp(engine, token=token or None, max_body_bytes=max_body_bytes)
     stop = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        if listeners is None:
+            listeners = await listen(host, port)
         async with trio.open_nursery() as nursery:
 
             async def on_signals() -> None:
@@ -99,7 +102,21 @@ def _url(listener: trio.SocketListener) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+async def listen(host: str, port: int) -> list[trio.SocketListener]:
+    """Listeners on ``host:port``.
+
+    Raises:
+        ConfigError: the port is in use, the address is not this machine's, or the like.
+    """
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 async def serve_catalog(catalog: Catalog, engine_options: dict[str, Any], **options: Any) -> None:
-    """Open an engine over ``catalog`` and serve it (``serve_engine``'s options)."""
+    """Open an engine over ``catalog`` and serve it (``serve_engine``'s options); the port
+    is taken first, so a port in use is said before a model loads."""
+    listeners = await listen(options.get("host", "127.0.0.1"), options.get("port", 8765))
     async with open_engine(catalog, **engine_options) as engine:
-        await serve_engine(engine, **options)
+        await serve_engine(engine, listeners=listeners, **options)

@@ -141,3 +141,30 @@ def test_a_start_that_fails_says_why_before_listening(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "nope.json" in result.stderr
+
+
+def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                "toolroute",
+                "serve",
+                "--catalog",
+                str(demo_catalog_file(tmp_path)),
+                "--embedder",
+                "none",
+                "--port",
+                str(port),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=EXIT_S,
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr

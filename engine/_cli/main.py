@@ -1,4 +1,4 @@
-"""The ``toolroute`` command: select, eval, route, demo, bench and mcp."""
+"""The ``toolroute`` command: select, eval, route, demo, bench, mcp and serve."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from .inputs import (
     read_queries,
 )
 from .mcp_gateway import add_mcp_command
+from .serve import add_serve_command
 
 EMBEDDERS = ("minilm", "hashing", "none")
 
@@ -157,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_run_demo)
     add_mcp_command(commands)
+    add_serve_command(commands)
     return parser
 
 

@@ -1,0 +1,285 @@
+"""A small HTTP/1.1 server for one ASGI app, on trio and h11.
+
+Why not a general ASGI server: the service's whole budget over an in-process ``select`` is a
+millisecond, and a general server spent most of it on its own layers (measured side by side
+in ``tests/bench/bench_serve.py --compare``). This one does what the service needs and no
+more: keep-alive, ``Content-Length`` and chunked bodies both ways, a header size limit, an
+idle timeout, and a graceful stop that lets the requests in flight finish.
+
+**Graceful stop:** once ``stop`` is set the listeners close, idle connections close at once,
+and a connection in the middle of a request answers it (with ``Connection: close``) and then
+closes; after ``grace_s`` whatever is left is cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+import attrs
+import h11
+import trio
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+App = Callable[
+    [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+    Awaitable[None],
+]
+
+log = logging.getLogger(__name__)
+
+#: Bytes read from the socket at a time.
+READ_SIZE = 65536
+
+
+@attrs.define
+class Limits:
+    """``max_header_bytes`` bounds a request's line and headers; ``idle_s`` closes a
+    keep-alive connection that sends nothing; ``grace_s`` is the graceful stop's budget."""
+
+    max_header_bytes: int = 16 * 1024
+    idle_s: float = 60.0
+    grace_s: float = 10.0
+
+
+@attrs.define(eq=False)
+class _Connections:
+    """The open connections, and which of them are between requests (safe to close)."""
+
+    idle: dict[trio.CancelScope, bool] = attrs.field(factory=dict)
+    stopping: bool = False
+
+    def close_idle(self) -> None:
+        self.stopping = True
+        for scope, idle in self.idle.items():
+            if idle:
+                scope.cancel("server stopping")
+
+
+async def serve_http(
+    app: App,
+    listeners: Sequence[trio.SocketListener],
+    stop: trio.Event,
+    limits: Limits,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``listeners`` until ``stop`` is set and the requests in flight are done.
+
+    **Cancellation:** cancelling the caller closes every connection at once.
+    """
+    connections = _Connections()
+    async with trio.open_nursery() as handlers:
+        async with trio.open_nursery() as accepting:
+            for listener in listeners:
+                accepting.start_soon(_accept, listener, app, limits, connections, handlers)
+            task_status.started()
+            await stop.wait()
+            accepting.cancel_scope.cancel("server stopping")
+        for listener in listeners:
+            await listener.aclose()
+        connections.close_idle()
+        handlers.cancel_scope.deadline = trio.current_time() + limits.grace_s
+
+
+async def _accept(
+    listener: trio.SocketListener,
+    app: App,
+    limits: Limits,
+    connections: _Connections,
+    handlers: trio.Nursery,
+) -> None:
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError:  # out of descriptors, a reset before accept: keep serving the others
+            await trio.sleep(0.01)
+            continue
+        handlers.start_soon(_connection, stream, app, limits, connections)
+
+
+async def _connection(
+    stream: trio.SocketStream, app: App, limits: Limits, connections: _Connections
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
+    with trio.CancelScope() as scope:
+        connections.idle[scope] = True
+        try:
+            async with stream:
+                while not connections.stopping:
+                    with trio.move_on_after(limits.idle_s):
+                        event = await _next_event(conn, stream)
+                    if not isinstance(event, h11.Request):
+                        return  # idle too long, closed, or not a request
+                    if _head_size(event) > limits.max_header_bytes:
+                        # h11 bounds only a head still arriving; one read can bring it whole.
+                        await _refuse(conn, stream, 431, "request head too large")
+                        return
+                    connections.idle[scope] = False
+                    await _exchange(conn, stream, event, app, connections, limits.idle_s)
+                    connections.idle[scope] = True
+                    _skip_buffered_body(conn)
+                    if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                        return  # a body the app did not read, or a response cut short
+                    conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            await _refuse(
+                conn, stream, exc.error_status_hint, "malformed or oversized request head"
+            )
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        except Exception:
+            # A fault of ours on one connection (h11 refusing what the app sent, say) ends
+            # that connection, never the server and every other connection with it.
+            log.exception("toolroute serve: a connection failed")
+        finally:
+            del connections.idle[scope]
+
+
+def _skip_buffered_body(conn: h11.Connection) -> None:
+    """Read past the end of a body the app left unread, if it has already arrived (a GET's
+    empty one always has); a body still on its way means the connection must close."""
+    while conn.their_state is h11.SEND_BODY:
+        if conn.next_event() is h11.NEED_DATA:
+            return
+
+
+def _head_size(request: h11.Request) -> int:
+    return len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+
+
+async def _refuse(conn: h11.Connection, stream: trio.SocketStream, status: int, why: str) -> None:
+    """Answer a request head we will not read (malformed, too large), then close."""
+    if conn.our_state not in {h11.IDLE, h11.SEND_RESPONSE}:
+        return  # a response has begun: closing is all that is left
+    kind = "too_large" if status == 431 else "bad_request"
+    body = json.dumps({"error": {"type": kind, "message": why, "field": None}}).encode()
+    headers = [
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+        ("connection", "close"),
+    ]
+    try:
+        head = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+        await stream.send_all((head or b"") + (conn.send(h11.Data(data=body)) or b""))
+    except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the client has gone: nothing to tell it
+
+
+async def _next_event(conn: h11.Connection, stream: trio.SocketStream) -> Any:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        if conn.their_state is h11.DONE:
+            return h11.PAUSED
+        conn.receive_data(await stream.receive_some(READ_SIZE))
+
+
+async def _exchange(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    request: h11.Request,
+    app: App,
+    connections: _Connections,
+    idle_s: float,
+) -> None:
+    target = request.target.decode("latin-1")
+    path, _, query = target.partition("?")
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": request.http_version.decode(),
+        "method": request.method.decode(),
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode("latin-1"),
+        "query_string": query.encode("latin-1"),
+        "root_path": "",
+        "headers": [(name.lower(), value) for name, value in request.headers],
+        "client": _address(stream, "getpeername"),
+        "server": _address(stream, "getsockname"),
+    }
+    body_done = False
+    started: dict[str, Any] = {}
+    # Once the client has gone, sends are dropped (ASGI: the app learns it from ``receive``).
+    gone = trio.Event()
+
+    async def receive() -> Message:
+        nonlocal body_done
+        if not body_done:
+            try:
+                if conn.they_are_waiting_for_100_continue:  # curl asks before a large body
+                    go_on = h11.InformationalResponse(status_code=100, headers=[])
+                    await stream.send_all(conn.send(go_on) or b"")
+                event = None  # a body that stalls for ``idle_s``: the app answers, we close
+                with trio.move_on_after(idle_s):
+                    event = await _next_event(conn, stream)
+            except (h11.RemoteProtocolError, trio.BrokenResourceError):
+                gone.set()  # the client went away mid-body, or sent a broken one
+            if isinstance(event, h11.Data):
+                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+            body_done = True
+            if isinstance(event, h11.EndOfMessage):
+                return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.disconnect"}
+        # After the body the only news is the client leaving (an event stream waits on it).
+        while not gone.is_set():
+            try:
+                data = await stream.receive_some(READ_SIZE)
+            except trio.BrokenResourceError:
+                data = b""
+            if not data:
+                gone.set()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            started.update(message)
+            return
+        if message["type"] != "http.response.body":
+            return
+        out = b""
+        if "sent" not in started:
+            started["sent"] = True
+            headers = [(bytes(k), bytes(v)) for k, v in started.get("headers", [])]
+            if connections.stopping:
+                headers.append((b"connection", b"close"))
+            status = started["status"]
+            response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
+            out += conn.send(response) or b""
+        chunk = message.get("body", b"")
+        if chunk:
+            out += conn.send(h11.Data(data=chunk)) or b""
+        if not message.get("more_body", False):
+            out += conn.send(h11.EndOfMessage()) or b""
+        if gone.is_set():
+            return
+        try:
+            await stream.send_all(out)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            gone.set()
+
+    await app(scope, receive, send)
+    if "sent" not in started:  # the app ended without answering: our fault
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _address(stream: trio.SocketStream, which: str) -> tuple[str, int] | None:
+    try:
+        address = getattr(stream.socket, which)()
+    except OSError:
+        return None
+    return (str(address[0]), int(address[1]))

@@ -86,6 +86,22 @@ class Int8Kernel(Protocol):
         """The product over ``rows``; raises when the kernel cannot load them."""
 
 
+# -- Optional capability: an embedder that can count word pieces (long requests by parts) ---
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """An ``Embedder`` that says how many word pieces a text has and how many of them it
+    reads; a request past its reach is embedded by parts (``_core.recall.parts``)."""
+
+    #: Word pieces the model reads of one text, special tokens excluded.
+    reach: int
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces of each text, special tokens excluded, past the reach too."""
+        ...
+
+
 # -- Optional capability: an embedder that can build a fast tier of its own model -----------
 # The runtime asks for this protocol, never for a provider class: any embedder that
 # implements ``open_fast_tier`` gets a fast tier rung under load.

@@ -21,6 +21,7 @@ from .._core.errors import ConfigError
 from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
+from .._core.recall.parts import request_vectors
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
 from .._core.select.access import ToolAccess, request_access
 from .._core.select.arguments import count, query_text, served_catalog
@@ -276,7 +277,7 @@ class ToolIndex:
 
     def query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Query vectors from the index's embedder, checked: one row per query, the index's
-        width, finite, non-zero.
+        width, finite, non-zero; a query longer than the model reads is embedded by parts.
 
         Raises:
             ValueError: the vectors fail a check (whatever the embedder raises, too); the
@@ -285,7 +286,7 @@ class ToolIndex:
         assert self.embedder is not None
         assert self.vectors is not None
         return checked_query_vectors(
-            self.embedder.embed(list(queries)), len(queries), self.vectors.dim
+            request_vectors(self.embedder, queries), len(queries), self.vectors.dim
         )
 
     def rank(

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from toolroute import Catalog, Tool, ToolIndex
 from toolroute._core.recall.parts import (
     MAX_PARTS,
     PartsPlan,
@@ -17,7 +18,9 @@ from toolroute._core.recall.parts import (
     pieces,
     plan_parts,
     request_parts,
+    request_vectors,
 )
+from toolroute.testing import ScriptedEmbedder
 
 
 def words(texts: Sequence[str]) -> list[int]:
@@ -94,7 +97,8 @@ def test_parts_fit_keep_the_words_in_order_and_drop_only_a_tail(
         assert len(parts) == max_parts  # only the bound drops text
 
 
-@given(st.lists(request, max_size=6), st.integers(1, 30))
+@settings(max_examples=50)
+@given(st.lists(request, max_size=4), st.integers(1, 30))
 def test_a_plan_folds_back_to_one_unit_row_per_request(texts: list[str], reach: int) -> None:
     plan = plan_parts(texts, words, reach)
     rng = np.random.default_rng(len(plan.texts))
@@ -124,7 +128,12 @@ def test_fused_weights_parts_by_their_word_pieces() -> None:
     assert np.allclose(got, expected)
 
 
-@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 5), st.just(4)), elements=st.floats(-1, 1, width=32)))
+@settings(max_examples=50)
+@given(
+    hnp.arrays(
+        np.float32, st.tuples(st.integers(1, 5), st.just(4)), elements=st.floats(-1, 1, width=32)
+    )
+)
 def test_fused_is_a_finite_unit_row_even_when_parts_cancel(rows: np.ndarray) -> None:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     units = np.where(norms > 1e-3, rows / np.maximum(norms, 1e-12), np.eye(1, 4, dtype=np.float32))
@@ -149,3 +158,74 @@ def test_fused_refuses_mismatched_weights() -> None:
         fused(np.zeros((2, 3), dtype=np.float32), [1])
     with pytest.raises(ValueError, match="positive"):
         fused(np.eye(2, dtype=np.float32), [1, 0])
+
+
+class WindowEmbedder(ScriptedEmbedder):
+    """Reads only the first ``reach`` words of a text, as MiniLM reads 128 word pieces."""
+
+    def __init__(self, reach: int, *, broken_count: bool = False) -> None:
+        super().__init__(dim=256)
+        self.reach = reach
+        self.broken_count = broken_count
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        if self.broken_count:
+            raise RuntimeError("tokenizer gone")
+        return words(texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return super().embed([" ".join(t.split()[: self.reach]) for t in texts])
+
+
+FILLER = "Please read the weekly weather forecast for the city of Lyon carefully. " * 3
+LONG = FILLER + "Then send an email invoice reminder to the customer."
+CATALOG = Catalog(
+    [
+        Tool("weather_forecast", "weather_forecast", "weekly weather forecast for a city"),
+        Tool("send_email", "send_email", "send an email invoice reminder to a customer"),
+    ]
+)
+
+
+def test_a_step_past_the_models_reach_reaches_the_ranking() -> None:
+    reading = ToolIndex(CATALOG, embedder=WindowEmbedder(12), cache=None)
+    ranking = reading.search(LONG, k=2, strategy="semantic")
+    part_vectors = reading.embedder.embed(list(request_parts(LONG, words, 12)))  # type: ignore[union-attr]
+    assert len(part_vectors) > 1
+    email = ranking.tool_ids.index("send_email")
+    # Read whole, the request's vector holds the email step: it scores the email tool above
+    # what the first window alone (all weather) gives it.
+    first_window = reading.embedder.embed([LONG])[0]  # type: ignore[union-attr]
+    email_row = reading.vectors.matrix[1]  # type: ignore[union-attr]
+    assert ranking.scores[email] > float(first_window @ email_row) + 0.05
+    assert ranking.outcome.value == "applied"
+
+
+def test_a_failing_token_count_reads_the_request_as_before() -> None:
+    embedder = WindowEmbedder(12, broken_count=True)
+    got = request_vectors(embedder, [LONG, "short one"])
+    assert np.array_equal(got, embedder.embed([LONG, "short one"]))
+
+
+def test_parts_of_several_requests_go_to_the_model_in_one_call() -> None:
+    embedder = WindowEmbedder(12)
+    got = request_vectors(embedder, ["short one", LONG, "another short"])
+    assert got.shape == (3, 256)
+    assert len(embedder.calls) == 1
+    assert embedder.calls[0] == 2 + len(request_parts(LONG, words, 12))
+
+
+def test_an_embedder_that_cannot_count_reads_as_before() -> None:
+    embedder = ScriptedEmbedder(dim=32)
+    got = request_vectors(embedder, [LONG])
+    assert embedder.texts == [LONG]
+    assert got.shape == (1, 32)
+
+
+def test_a_wrong_count_of_part_vectors_degrades_the_selection_to_keyword_only() -> None:
+    index = ToolIndex(CATALOG, embedder=WindowEmbedder(12), cache=None)
+    broken = WindowEmbedder(12)
+    broken.faults = ["wrong_count"]
+    degraded = index.with_vectors(broken, index.vectors.matrix).search(LONG, k=2)  # type: ignore[union-attr]
+    assert degraded.outcome.value == "degraded"
+    assert "embedder failed" in degraded.reason

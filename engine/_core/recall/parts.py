@@ -24,22 +24,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ..protocols import CountsTokens
 from ..text import MODEL_TEXT_CHARS, bounded
 
 Vectors = npt.NDArray[np.float32]
+
+
+class Embeds(Protocol):
+    """What reading by parts needs of an embedder (the full model, or a stand-in)."""
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
 #: Counts the word pieces of each text, special tokens excluded.
 CountTokens = Callable[[Sequence[str]], Sequence[int]]
 
 #: Parts one request is split into at most (the first ``MAX_PARTS`` parts are read).
 MAX_PARTS: Final = 4
-# Boundaries a request is split at: after a sentence end (not a step number such as "1."), at line breaks, before a numbered
-# or bulleted step ("2. ", "3) ", "- "), or before "then"/"finally" joining two steps.
+# Boundaries a request is split at: after a sentence end (not a step number such as "1."),
+# at line breaks, before a numbered or bulleted step ("2. ", "3) ", "- "), or before
+# "then"/"finally" joining two steps.
 _BOUNDARY = re.compile(
     r"(?<=[^\d\s][.!?;])\s+|\s*\n+\s*|\s+(?=(?:\d{1,2}[.)]|[-*\u2022])\s)"
     r"|\s+(?=(?:then|finally|next|afterwards|after that),?\s)",
@@ -208,3 +218,26 @@ def plan_parts(
         else:
             weights.extend(min(max(1, size), reach) for size in count(parts))
     return PartsPlan(tuple(texts), tuple(owners), tuple(weights), len(requests))
+
+
+def request_vectors(embedder: Embeds, requests: Sequence[str]) -> Vectors:
+    """``embedder``'s vectors of ``requests``, one row each, a request past the model's reach
+    read by parts when the embedder can count word pieces (``CountsTokens``).
+
+    Raises:
+        ValueError: the embedder answered a matrix of the wrong shape.
+        Exception: whatever the embedder raised.
+
+    **Fail-open:** a token count that fails reads every request as the model alone would
+    (its first word pieces), as before parts existed.
+    """
+    texts = list(requests)
+    if not isinstance(embedder, CountsTokens):
+        return embedder.embed(texts)
+    try:
+        plan = plan_parts(texts, embedder.token_counts, int(embedder.reach))
+    except Exception:  # the count is only an improvement: the request is still read
+        return embedder.embed(texts)
+    if not plan.split:
+        return embedder.embed(texts)
+    return plan.fold(embedder.embed(list(plan.texts)))

@@ -121,7 +121,7 @@ def test_an_unsplit_plan_returns_the_rows_as_they_came() -> None:
     assert plan.fold(rows) is rows or np.array_equal(plan.fold(rows), rows)
 
 
-def test_fused_weights_parts_by_their_word_pieces() -> None:
+def test_fused_weights_parts_by_the_weights_given() -> None:
     rows = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
     got = fused(rows, [3, 1])
     expected = np.array([3.0, 1.0]) / np.sqrt(10.0)
@@ -229,3 +229,13 @@ def test_a_wrong_count_of_part_vectors_degrades_the_selection_to_keyword_only() 
     degraded = index.with_vectors(broken, index.vectors.matrix).search(LONG, k=2)  # type: ignore[union-attr]
     assert degraded.outcome.value == "degraded"
     assert "embedder failed" in degraded.reason
+
+
+def test_the_engines_query_path_reads_long_requests_by_parts() -> None:
+    from toolroute._runtime.recall import query_vectors
+
+    embedder = WindowEmbedder(12)
+    got = query_vectors(embedder, [LONG], 256)
+    plan = plan_parts([LONG], words, 12)
+    assert plan.split
+    assert np.allclose(got, plan.fold(WindowEmbedder(12).embed(list(plan.texts))))

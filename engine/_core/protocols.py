@@ -146,13 +146,14 @@ class BuildsFastTier(Protocol):
     def open_fast_tier(
         self,
         *,
-        cache_dir: str,
+        cache_dir: str | None,
         tool_texts: Sequence[str],
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],
         fit_from: int = 0,
     ) -> FastTierModel:
-        """The fast tier, loaded from ``cache_dir`` or built, with the tool texts learned
+        """The fast tier, loaded from ``cache_dir`` or built (``None``: kept in memory), with
+        the tool texts learned
         (and fitted at once if it has served at least ``fit_from`` requests: the engine
         answers from it only past that many); runs in a background thread and raises when
         ``should_stop`` turns true."""

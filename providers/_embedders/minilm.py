@@ -291,7 +291,7 @@ class MiniLMEmbedder:
     def open_fast_tier(
         self,
         *,
-        cache_dir: str,
+        cache_dir: str | None,
         tool_texts: Sequence[str],
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],

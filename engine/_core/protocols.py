@@ -86,6 +86,22 @@ class Int8Kernel(Protocol):
         """The product over ``rows``; raises when the kernel cannot load them."""
 
 
+# -- Optional capability: an embedder that can count word pieces (long requests by parts) ---
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """An ``Embedder`` that says how many word pieces a text has and how many of them it
+    reads; a request past its reach is embedded by parts (``_core.recall.parts``)."""
+
+    #: Word pieces the model reads of one text, special tokens excluded.
+    reach: int
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces of each text, special tokens excluded, past the reach too."""
+        ...
+
+
 # -- Optional capability: an embedder that can build a fast tier of its own model -----------
 # The runtime asks for this protocol, never for a provider class: any embedder that
 # implements ``open_fast_tier`` gets a fast tier rung under load.
@@ -130,13 +146,14 @@ class BuildsFastTier(Protocol):
     def open_fast_tier(
         self,
         *,
-        cache_dir: str,
+        cache_dir: str | None,
         tool_texts: Sequence[str],
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],
         fit_from: int = 0,
     ) -> FastTierModel:
-        """The fast tier, loaded from ``cache_dir`` or built, with the tool texts learned
+        """The fast tier, loaded from ``cache_dir`` or built (``None``: kept in memory), with
+        the tool texts learned
         (and fitted at once if it has served at least ``fit_from`` requests: the engine
         answers from it only past that many); runs in a background thread and raises when
         ``should_stop`` turns true."""

@@ -21,6 +21,7 @@ import trio
 
 from .._core.events import Event, FailOpen
 from .._core.recall.index import RecallIndex, brief, checked_query_vectors
+from .._core.recall.parts import request_vectors
 from .._core.recall.plan import (
     Rung,
     after_fast_tier_failed,
@@ -94,13 +95,14 @@ class _Embeds(Protocol):
 
 
 def query_vectors(embedder: _Embeds, queries: Sequence[str], dim: int) -> Vectors:
-    """Request vectors, checked: one row per request, width ``dim``, finite, non-zero.
+    """Request vectors, checked: one row per request, width ``dim``, finite, non-zero; a
+    request longer than the model reads is embedded by parts (``request_vectors``).
 
     Raises:
         ValueError: the embedder answered something else (the request degrades).
         Exception: whatever the embedder raised.
     """
-    return checked_query_vectors(embedder.embed(list(queries)), len(queries), dim)
+    return checked_query_vectors(request_vectors(embedder, queries), len(queries), dim)
 
 
 @attrs.frozen(kw_only=True)

@@ -21,6 +21,7 @@ from .._core.errors import ConfigError
 from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
+from .._core.recall.parts import request_vectors
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
 from .._core.select.access import ToolAccess, request_access
 from .._core.select.arguments import count, query_text, served_catalog
@@ -36,6 +37,7 @@ from .._core.select.policy import Policy
 from .._core.select.selection import Ranking, Selection, Strategy
 from .._core.select.toolsets import ToolSet
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
+from .cascade import FastFirst
 
 _DEFAULT: object = object()
 
@@ -87,6 +89,11 @@ class ToolIndex:
             tools), checked against exact products when the index is built; by default
             ``OnnxInt8Kernel()``; ``None``: fp32 only.
         int8_from: the catalogue size from which the int8 product is used.
+        cascade: ask the embedder's fast tier first and the full model only when the fast
+            tier's ``combined`` ranking is unsure (its best fused score below a floor chosen
+            on the dev splits); the fast tier is fitted on the catalogue when the index is
+            built (seconds, once: it is kept in ``cache``) and ignored for an embedder
+            without one.
 
     Raises:
         ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, an unknown strategy,
@@ -109,6 +116,7 @@ class ToolIndex:
         extra_text: Mapping[str, str] | None = None,
         int8_product: Int8Kernel | object | None = _DEFAULT,
         int8_from: int = INT8_FROM,
+        cascade: bool = False,
     ) -> None:
         started = time.perf_counter()
         served_catalog(catalog)  # an index over no tools could never select one
@@ -125,8 +133,12 @@ class ToolIndex:
         self.recall = served_index(
             catalog, extra_text=extra_text, int8_product=int8_product, int8_from=int8_from
         )
+        self._fast: FastFirst | None = None
         if self.embedder is not None:
             self.recall = self._embedded(self.recall, self.embedder, progress)
+            if cascade:
+                directory = None if self._cache is None else str(self._cache.directory)
+                self._fast = FastFirst.open(self.embedder, self.recall, directory)
         self.build_s = time.perf_counter() - started
 
     def _embedded(
@@ -197,6 +209,7 @@ class ToolIndex:
         clone = copy.copy(self)
         clone.recall = self.recall.with_vectors(vectors)
         clone.embedder = embedder
+        clone._fast = None  # fitted to the old model's tool vectors
         if clone.strategy is Strategy.KEYWORD and self.embedder is None:
             clone.strategy = Strategy.COMBINED
         return clone
@@ -243,6 +256,11 @@ class ToolIndex:
         asked = [
             i for i, q in enumerate(queries) if needs_request_vector(q, chosen, tool_vectors=tools)
         ]
+        if asked and self._fast is not None:
+            standing = self._fast.standing(self.recall, [queries[i] for i in asked], chosen)
+            for i, stood in zip(asked, standing, strict=True):
+                requests[i] = stood
+            asked = [i for i in asked if requests[i] is None]
         if asked and self.embedder is not None:
             try:
                 vectors = self.query_vectors([queries[i] for i in asked])
@@ -263,6 +281,10 @@ class ToolIndex:
         tools = self.recall.vectors_verdict
         if self.embedder is None or not needs_request_vector(query, strategy, tool_vectors=tools):
             return None
+        if self._fast is not None:
+            stood = self._fast.standing(self.recall, [query], strategy)[0]
+            if stood is not None:
+                return stood
         try:
             return RequestVector.full(self.query_vectors([query])[0])
         except Exception as exc:  # the selection degrades; it never raises
@@ -276,7 +298,7 @@ class ToolIndex:
 
     def query_vectors(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Query vectors from the index's embedder, checked: one row per query, the index's
-        width, finite, non-zero.
+        width, finite, non-zero; a query longer than the model reads is embedded by parts.
 
         Raises:
             ValueError: the vectors fail a check (whatever the embedder raises, too); the
@@ -285,7 +307,7 @@ class ToolIndex:
         assert self.embedder is not None
         assert self.vectors is not None
         return checked_query_vectors(
-            self.embedder.embed(list(queries)), len(queries), self.vectors.dim
+            request_vectors(self.embedder, queries), len(queries), self.vectors.dim
         )
 
     def rank(
@@ -382,7 +404,6 @@ class ToolIndex:
         if strategy is None:
             return self.strategy
         return chosen_strategy(strategy, has_embedder=self.embedder is not None, strict=True)
-
 
 
 def _open_cache(cache: object) -> EmbeddingCache | None:

@@ -177,6 +177,10 @@ class MiniLMEmbedder:
         # The file pads to a fixed 128; pad to the longest text in each batch instead.
         tokenizer.enable_truncation(_MAX_TOKENS)
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        # Counts word pieces past the window (long requests are read by parts).
+        counter = Tokenizer.from_str(tokenizer.to_str())
+        counter.no_truncation()
+        counter.no_padding()
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = (
@@ -213,6 +217,7 @@ class MiniLMEmbedder:
                 self._idle.put(each)
 
         self._tokenizer: Tokenizer = tokenizer
+        self._counter: Tokenizer = counter
         self._session: Any = session
         self._output_names = ["last_hidden_state"]
         # One row of zeros, sliced per call: token_type_ids never change.
@@ -223,6 +228,8 @@ class MiniLMEmbedder:
         self.model_sha256 = model_sha256.lower()
         self.tokenizer_sha256 = tokenizer_sha256.lower()
         self.max_batch = max_batch
+        #: Word pieces the model reads of one text, its two special tokens excluded.
+        self.reach = _MAX_TOKENS - 2
         self.identity = f"all-MiniLM-L6-v2-int8:{model_sha256.lower()[:16]}"
         self.model_path = model_file
         self.tokenizer_path = tokenizer_file
@@ -256,6 +263,16 @@ class MiniLMEmbedder:
             self._embed_window(texts[start : start + _WINDOW], out[start : start + _WINDOW])
         return out
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces of each text (special tokens excluded), past the model's window too.
+
+        Each text is first cut to ``MODEL_TEXT_CHARS`` characters, as ``embed`` cuts it.
+        """
+        encodings = self._counter.encode_batch(
+            [bounded(t, MODEL_TEXT_CHARS) for t in texts], add_special_tokens=False
+        )
+        return [len(e.ids) for e in encodings]
+
     def _run(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Any:
         feeds = {
             "input_ids": ids,
@@ -274,7 +291,7 @@ class MiniLMEmbedder:
     def open_fast_tier(
         self,
         *,
-        cache_dir: str,
+        cache_dir: str | None,
         tool_texts: Sequence[str],
         tool_vectors: npt.NDArray[np.float32],
         should_stop: Callable[[], bool],

@@ -224,6 +224,9 @@ class LearningConfig:
     per_tool: int = attrs.field(default=32, validator=_at_least_one)
     #: Keep request text with the evidence (for inspection); off: vectors and hashes only.
     keep_text: bool = attrs.field(default=False, validator=_flag)
+    #: Seconds ``learn`` waits for the request's embedding (past it nothing is learned); far
+    #: longer than a request's ``embed_s``, as nobody is waiting to be shown tools.
+    deadline_s: float = attrs.field(default=5.0, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)

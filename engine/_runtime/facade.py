@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._core.catalog.catalog import Catalog, Server, Tool
+from .._core.catalog.catalog import Catalog, Server, Tool, id_tuple
 from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.decide.types import DecisionRequest, DecisionResult
+from .._core.errors import ConfigError
 from .._core.public import NoPublicConstructor
 from .._core.recall.index import RecallIndex, Strategy
 from .._core.select.access import ToolAccess, request_access
@@ -29,6 +30,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
+from .learning import Learning
 from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
@@ -66,8 +68,10 @@ class Engine(metaclass=NoPublicConstructor):
         decisions: DecisionService,
         router: ServerRouter,
         recall: Recall,
+        learning: Learning | None = None,
     ) -> None:
         self.config = config
+        self._learning = learning
         self._recall = recall
         self._tool_sets = tool_sets
         self._hub = hub
@@ -167,6 +171,8 @@ class Engine(metaclass=NoPublicConstructor):
         """
         self._check_open("ready")
         await self._keeper.ready()
+        if self._learning is not None:
+            await self._learning.ready()  # the catalogue's example requests, embedded
 
     def subscribe(
         self, buffer: int | None = None
@@ -460,3 +466,62 @@ class Engine(metaclass=NoPublicConstructor):
         session, k = session_id(session), count(k, "k", 1)
         access = request_access(allow, deny, tenant)
         return await self._steps.search_tools(arguments, session, k, access)
+
+    async def learn(self, request: str, tool_ids: Sequence[str]) -> bool:
+        """Record that ``tool_ids`` served ``request`` (what the agent actually used), so
+        recall ranks them higher for requests like it.
+
+        The request is kept as its vector and a hash of its text (its text only with
+        ``config.learning.keep_text``), in the learning store, at most
+        ``config.learning.per_tool`` entries per tool (the oldest learned go first).
+
+        Args:
+            request: the user's request the tools served.
+            tool_ids: ids of tools in the catalogue.
+
+        Returns:
+            Whether it was recorded: ``False`` for a keyword-only engine, or when the
+            request could not be embedded within ``config.learning.deadline_s``.
+
+        Raises:
+            ConfigError: ``request`` is not a non-empty string, or ``tool_ids`` is a bare
+                string, empty, or names a tool not in the catalogue.
+
+        **Cancellation:** the caller's cancel scope cancels the wait; a request already
+        handed to the learning service may still be recorded.
+
+        **Fail-open:** learned evidence only ever lifts the tools it names; a failure to
+        embed or to persist never raises (a ``fail_open`` event says why).
+        """
+        self._check_open("learn")
+        request = query_text(request)
+        if not request.strip():
+            raise ConfigError("learn needs a non-empty request, got an empty string")
+        ids = id_tuple(tool_ids, "tool_ids")
+        if not ids:
+            raise ConfigError("learn needs at least one tool id in tool_ids, got none")
+        source = self._keeper.snapshot.source
+        for tool_id in ids:
+            if not isinstance(tool_id, str) or tool_id not in source:
+                raise ConfigError(f"learn: no tool with id {tool_id!r} in the catalogue")
+        if self._learning is None:
+            return False
+        return await self._learning.learn(request, ids)
+
+    async def forget(self, tool_ids: Sequence[str] | None = None) -> None:
+        """Remove what was learned from use (``learn``, recorded tool calls): for
+        ``tool_ids``, or for every tool when ``None``. Example requests a tool carries stay
+        as long as the tool does (change them with ``update``).
+
+        Raises:
+            ConfigError: ``tool_ids`` is a bare string or holds something not a string.
+
+        **Cancellation:** the caller's cancel scope cancels the wait; the removal may still
+        happen.
+        """
+        self._check_open("forget")
+        ids = None if tool_ids is None else id_tuple(tool_ids, "tool_ids")
+        if ids is not None and not all(isinstance(i, str) for i in ids):
+            raise ConfigError("forget: tool_ids must be strings")
+        if self._learning is not None:
+            await self._learning.forget(ids)

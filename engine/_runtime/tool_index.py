@@ -384,7 +384,6 @@ class ToolIndex:
         return chosen_strategy(strategy, has_embedder=self.embedder is not None, strict=True)
 
 
-
 def _open_cache(cache: object) -> EmbeddingCache | None:
     if cache is _DEFAULT:
         return EmbeddingCache(default_cache_dir())

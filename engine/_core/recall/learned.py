@@ -30,6 +30,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ..select.message_view import Turn
 from ..stores import LearnedExample
 
 Matrix = npt.NDArray[np.float32]
@@ -53,6 +54,21 @@ def request_digest(text: str) -> str:
     the whitespace-normalised text (a repeat of a request is recognised, its text is not
     kept)."""
     return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+def calls_since_request(turns: Sequence[Turn]) -> tuple[str, tuple[str, ...]]:
+    """The latest user request (its text) and the tools the assistant called since, in
+    order: what a conversation shows an agent used for what (``record_calls``). ``("", ())``
+    when there is no request or no call yet."""
+    calls: list[str] = []
+    for turn in reversed(turns):
+        if turn.role == "user" and not turn.is_tool_result:
+            if not turn.text or not calls:
+                return "", ()
+            return turn.text, tuple(dict.fromkeys(reversed(calls)))
+        if turn.role == "assistant":
+            calls.extend(reversed(turn.tool_calls))
+    return "", ()
 
 
 def merged(

@@ -42,7 +42,7 @@ NEAREST_WEIGHT = 0.1
 #: Weight of the refined vector's cosine.
 REFINED_WEIGHT = 0.9
 #: How far the description vector moves toward its examples' mean (before normalising).
-REFINE_STEP = 4.0
+REFINE_STEP = 2.0
 #: Evidence kept per tool. Scoring costs one dot product per kept example on every request
 #: (32 examples x 1,000 tools is 32,000 rows, a few ms on one core), and on MetaTool hit@5
 #: gains little past a few dozen examples per tool, so the oldest learned entries go first.
@@ -124,7 +124,9 @@ class LearnedScores:
             + np.float32(REFINED_WEIGHT) * refined
         )
         lifted: Scores = cosine.copy()
-        lifted[self.rows] = np.maximum(base, learned.astype(np.float32))
+        # A tool whose description vector is broken counts as cosine 0 ("no semantic
+        # evidence", as ``fuse`` reads it), so its own evidence can only lift it from there.
+        lifted[self.rows] = np.maximum(plain, learned.astype(np.float32))
         return lifted
 
 

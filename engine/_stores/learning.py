@@ -162,7 +162,7 @@ def _read(path: Path, identity: str) -> tuple[str, tuple[LearnedExample, ...]] |
             digest=digests[i],
             vector=vectors[i],
             source=sources[i],
-            text=texts[i] if texts is not None else None,
+            text=(texts[i] or None) if texts is not None else None,
         )
         for i in range(len(digests))
     )

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from toolroute import Catalog, ConfigError, Tool
+from toolroute import Catalog, ConfigError, Tool, ToolIndex
 from toolroute._core.recall.fusion import fuse
 from toolroute._core.recall.index import RecallIndex
 from toolroute._core.recall.learned import (
@@ -19,6 +19,7 @@ from toolroute._core.recall.learned import (
 )
 from toolroute._core.select.conversation import read_turns
 from toolroute._core.stores import LearnedExample
+from toolroute.providers import HashingEmbedder
 
 DIM = 8
 
@@ -161,3 +162,25 @@ def test_tool_examples_are_keyword_only_strings_kept_in_order_without_repeats() 
         Tool("d", "d", examples="fly")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="an item of type int"):
         Tool("e", "e", examples=["fly", 3])  # type: ignore[list-item]
+
+
+def test_a_tool_index_ranks_with_the_catalogues_example_requests() -> None:
+    tools = [
+        {"name": "alpha", "description": "alpha"},
+        {"name": "beta", "description": "beta", "examples": ["zebra crossing lights"]},
+    ]
+    embedder = HashingEmbedder(dim=64)
+    plain = ToolIndex(
+        Catalog.from_plain([*tools[:1], {"name": "beta", "description": "beta"}]),
+        embedder=embedder,
+        cache=None,
+    )
+    taught = ToolIndex(Catalog.from_plain(tools), embedder=embedder, cache=None)
+    assert plain.recall.learned is None
+    assert taught.recall.learned is not None
+    before = plain.select("zebra crossing", strategy="semantic", adaptive=False)
+    after = taught.select("zebra crossing", strategy="semantic", adaptive=False)
+    assert after.tool_ids[0] == "beta"
+    assert dict(zip(after.tool_ids, after.scores, strict=True))["beta"] > dict(
+        zip(before.tool_ids, before.scores, strict=True)
+    ).get("beta", -1.0)

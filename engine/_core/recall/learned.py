@@ -24,12 +24,13 @@ the mean dev hit@5 over 1, 2, 5 and 10 examples per tool on MetaTool and BFCL).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
+from ..catalog.tool import Tool
 from ..select.message_view import Turn
 from ..stores import LearnedExample
 
@@ -128,6 +129,19 @@ class LearnedScores:
         # evidence", as ``fuse`` reads it), so its own evidence can only lift it from there.
         lifted[self.rows] = np.maximum(plain, learned.astype(np.float32))
         return lifted
+
+
+def example_texts(tools: Iterable[Tool], bound: int = PER_TOOL) -> list[tuple[str, str]]:
+    """``(tool id, example)`` for every tool's examples, at most ``bound`` per tool."""
+    return [(tool.id, text) for tool in tools for text in tool.examples[:bound]]
+
+
+def grouped(pairs: Sequence[tuple[str, str]], vectors: Matrix) -> dict[str, Matrix]:
+    """Tool id → its rows of ``vectors`` (row ``i`` is the vector of ``pairs[i]``)."""
+    rows: dict[str, list[int]] = {}
+    for i, (tool_id, _) in enumerate(pairs):
+        rows.setdefault(tool_id, []).append(i)
+    return {tool_id: vectors[picked] for tool_id, picked in rows.items()}
 
 
 def learned_scores(

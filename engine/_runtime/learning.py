@@ -114,7 +114,11 @@ class Learning:
     # -- read by recall, on the event loop ---------------------------------------------------
 
     def applied(self, index: RecallIndex) -> RecallIndex:
-        """``index`` with the book's evidence (``index`` itself when there is none)."""
+        """``index`` with the book's evidence (``index`` itself when there is none).
+
+        The service builds it in a worker thread after every change (``_refresh``), so a
+        request only builds it here the first time it meets a new snapshot.
+        """
         if index is not self._synced and index.vectors is not None:
             self._synced = index
             self._nowait(Sync(index))
@@ -123,10 +127,27 @@ class Learning:
         memo = self._memo
         if memo is not None and memo[0] is index and memo[1] == self._version:
             return memo[2]
-        evidence = {t: np.stack([e.vector for e in entries]) for t, entries in self._book.items()}
-        learned = index.with_learned(learned_scores(index.ids, index.vectors.matrix, evidence))
+        learned = self._built(index, self._book)
         self._memo = (index, self._version, learned)
         return learned
+
+    @staticmethod
+    def _built(index: RecallIndex, book: Mapping[str, Sequence[LearnedExample]]) -> RecallIndex:
+        assert index.vectors is not None
+        evidence = {t: np.stack([e.vector for e in entries]) for t, entries in book.items()}
+        return index.with_learned(learned_scores(index.ids, index.vectors.matrix, evidence))
+
+    async def _refresh(self) -> None:
+        """Build the served index's evidence now, off the event loop, for the next request."""
+        index, version, book = self._snapshot().index, self._version, dict(self._book)
+        if index.vectors is None or not book:
+            return
+        try:
+            learned = await self._workers.run(self._built, index, book, limiter=self._cpu)
+        except EngineClosing:
+            return
+        if self._version == version:  # nothing changed meanwhile (it is only a head start)
+            self._memo = (index, version, learned)
 
     def entries(self, tool_id: str) -> tuple[LearnedExample, ...]:
         """The evidence kept for ``tool_id`` (oldest first)."""
@@ -221,8 +242,11 @@ class Learning:
         vectors = await self._embedded([message.request], index.vectors.dim, "learn")
         if vectors is None:
             return False
+        digest = request_digest(message.request)
+        if all(any(e.digest == digest for e in self._book.get(t, ())) for t in ids):
+            return True  # known already (a conversation seen again on its next step)
         entry = LearnedExample(
-            digest=request_digest(message.request),
+            digest=digest,
             vector=np.array(vectors[0], dtype=np.float32),
             source="use",
             text=message.request if self._config.keep_text else None,
@@ -233,6 +257,7 @@ class Learning:
             )
         self._changed()
         await self._save(ids)
+        await self._refresh()
         return True
 
     async def _sync(self, index: RecallIndex) -> None:
@@ -269,6 +294,7 @@ class Learning:
             self._book = {t: e for t, e in self._book.items() if e}
             self._changed()
             await self._save(tuple(dict.fromkeys(touched)))
+            await self._refresh()
 
     async def _forget(self, tool_ids: tuple[str, ...] | None) -> None:
         chosen = tuple(self._book) if tool_ids is None else tool_ids
@@ -280,6 +306,7 @@ class Learning:
                 self._book.pop(tool_id, None)
         self._changed()
         await self._save(chosen)
+        await self._refresh()
 
     async def _embedded(self, texts: list[str], dim: int, operation: str) -> Vectors | None:
         """The texts' vectors, or ``None`` (after a ``fail_open`` event) when the embedder

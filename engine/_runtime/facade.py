@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._core.catalog.catalog import Catalog, Server, Tool, id_tuple
+from .._core.catalog.catalog import Catalog, Server, Tool
 from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.decide.types import DecisionRequest, DecisionResult
-from .._core.errors import ConfigError
 from .._core.public import NoPublicConstructor
 from .._core.recall.index import RecallIndex, Strategy
 from .._core.select.access import ToolAccess, request_access
@@ -30,7 +29,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
-from .learning import Learning
+from .learning import Learning, forget_arguments, learn_arguments
 from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
 from .server_router import ServerRouter
@@ -469,15 +468,9 @@ class Engine(metaclass=NoPublicConstructor):
 
     async def learn(self, request: str, tool_ids: Sequence[str]) -> bool:
         """Record that ``tool_ids`` served ``request`` (what the agent actually used), so
-        recall ranks them higher for requests like it.
-
-        The request is kept as its vector and a hash of its text (its text only with
-        ``config.learning.keep_text``), in the learning store, at most
-        ``config.learning.per_tool`` entries per tool (the oldest learned go first).
-
-        Args:
-            request: the user's request the tools served.
-            tool_ids: ids of tools in the catalogue.
+        recall ranks them higher for requests like it. Kept in the learning store as the
+        request's vector and a hash of its text (the text only with
+        ``config.learning.keep_text``), at most ``config.learning.per_tool`` per tool.
 
         Returns:
             Whether it was recorded: ``False`` for a keyword-only engine, or when the
@@ -494,24 +487,15 @@ class Engine(metaclass=NoPublicConstructor):
         embed or to persist never raises (a ``fail_open`` event says why).
         """
         self._check_open("learn")
-        request = query_text(request)
-        if not request.strip():
-            raise ConfigError("learn needs a non-empty request, got an empty string")
-        ids = id_tuple(tool_ids, "tool_ids")
-        if not ids:
-            raise ConfigError("learn needs at least one tool id in tool_ids, got none")
-        source = self._keeper.snapshot.source
-        for tool_id in ids:
-            if not isinstance(tool_id, str) or tool_id not in source:
-                raise ConfigError(f"learn: no tool with id {tool_id!r} in the catalogue")
+        ids = learn_arguments(request, tool_ids, self._keeper.snapshot.source)
         if self._learning is None:
             return False
         return await self._learning.learn(request, ids)
 
     async def forget(self, tool_ids: Sequence[str] | None = None) -> None:
-        """Remove what was learned from use (``learn``, recorded tool calls): for
-        ``tool_ids``, or for every tool when ``None``. Example requests a tool carries stay
-        as long as the tool does (change them with ``update``).
+        """Remove what was learned from use (``learn``, recorded tool calls) for
+        ``tool_ids``, or for every tool when ``None``. A tool's own example requests stay as
+        long as it carries them (change them with ``update``).
 
         Raises:
             ConfigError: ``tool_ids`` is a bare string or holds something not a string.
@@ -520,8 +504,6 @@ class Engine(metaclass=NoPublicConstructor):
         happen.
         """
         self._check_open("forget")
-        ids = None if tool_ids is None else id_tuple(tool_ids, "tool_ids")
-        if ids is not None and not all(isinstance(i, str) for i in ids):
-            raise ConfigError("forget: tool_ids must be strings")
+        ids = forget_arguments(tool_ids)
         if self._learning is not None:
             await self._learning.forget(ids)

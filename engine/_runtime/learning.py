@@ -26,10 +26,13 @@ import numpy as np
 import numpy.typing as npt
 import trio
 
+from .._core.catalog.catalog import Catalog, id_tuple
 from .._core.config import EngineConfig
+from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen
 from .._core.recall.index import RecallIndex, brief
 from .._core.recall.learned import learned_scores, merged, request_digest
+from .._core.select.arguments import query_text
 from .._core.stores import LearnedExample, LearningStore
 from .recall import query_vectors
 from .snapshot import Snapshot
@@ -359,3 +362,35 @@ def _tool_ids(snapshot: Snapshot, given: Sequence[str]) -> tuple[str, ...]:
     found = [tool_id for tool_id in known if tool_id in catalog]
     found.extend(by_name[g] for g in given if g not in snapshot.source and g in by_name)
     return tuple(dict.fromkeys(found))
+
+
+def learn_arguments(request: object, tool_ids: object, catalog: Catalog) -> tuple[str, ...]:
+    """``Engine.learn``'s tool ids, checked against ``catalog`` (the catalogue as given).
+
+    Raises:
+        ConfigError: ``request`` is not a non-empty string, or ``tool_ids`` is a bare
+            string, empty, or names a tool ``catalog`` does not have.
+    """
+    if not query_text(request).strip():
+        raise ConfigError("learn needs a non-empty request, got an empty string")
+    ids = id_tuple(tool_ids, "tool_ids")  # type: ignore[arg-type]
+    if not ids:
+        raise ConfigError("learn needs at least one tool id in tool_ids, got none")
+    for tool_id in ids:
+        if not isinstance(tool_id, str) or tool_id not in catalog:
+            raise ConfigError(f"learn: no tool with id {tool_id!r} in the catalogue")
+    return ids
+
+
+def forget_arguments(tool_ids: object) -> tuple[str, ...] | None:
+    """``Engine.forget``'s tool ids (``None``: every tool).
+
+    Raises:
+        ConfigError: a bare string, or an id that is not a string.
+    """
+    if tool_ids is None:
+        return None
+    ids = id_tuple(tool_ids, "tool_ids")  # type: ignore[arg-type]
+    if not all(isinstance(i, str) for i in ids):
+        raise ConfigError("forget: tool_ids must be strings")
+    return ids

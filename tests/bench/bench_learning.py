@@ -240,8 +240,7 @@ async def agent_log(data: Data, identity: str) -> list[tuple[int, float]]:
     ) as engine:
         await engine.ready()
         learned_so_far = 0
-        for size in LOG_SIZES:
-            size = min(size, len(data.dev))
+        for size in sorted({min(size, len(data.dev)) for size in LOG_SIZES}):
             for i in data.dev[learned_so_far:size]:
                 query = data.queries[i]
                 await engine.learn(query.text, [t for t in query.expected if t in data.row])

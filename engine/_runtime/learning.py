@@ -175,8 +175,7 @@ class Learning:
     async def forget(self, tool_ids: tuple[str, ...] | None) -> None:
         send, receive = trio.open_memory_channel[None](1)
         await self._send.send(Forget(tool_ids, send))
-        async with receive:
-            await receive.receive()
+        await _reply(receive)
 
     async def ready(self) -> None:
         """Wait until the current snapshot's catalogue examples are in the book."""
@@ -186,8 +185,7 @@ class Learning:
         send, receive = trio.open_memory_channel[None](1)
         self._synced = index
         await self._send.send(Sync(index, send))
-        async with receive:
-            await receive.receive()
+        await _reply(receive)
 
     def _nowait(self, message: Message) -> None:
         try:
@@ -220,20 +218,22 @@ class Learning:
             self._changed()
         task_status.started()
         async for message in self._receive:
+            # The reply closes whatever happens: a crash here ends the caller's wait
+            # (``EndOfChannel``) instead of leaving it waiting for a reply that never comes.
             match message:
                 case Learn():
-                    recorded = await self._learn(message)
-                    if message.reply is not None:
-                        with message.reply:
+                    with message.reply or contextlib.nullcontext():
+                        recorded = await self._learn(message)
+                        if message.reply is not None:
                             _answer(message.reply, recorded)
                 case Sync():
-                    await self._sync(message.index)
-                    if message.reply is not None:
-                        with message.reply:
+                    with message.reply or contextlib.nullcontext():
+                        await self._sync(message.index)
+                        if message.reply is not None:
                             _answer(message.reply, None)
                 case Forget():
-                    await self._forget(message.tool_ids)
                     with message.reply:
+                        await self._forget(message.tool_ids)
                         _answer(message.reply, None)
 
     async def _learn(self, message: Learn) -> bool:
@@ -346,6 +346,14 @@ class Learning:
 
     def _fail(self, operation: str, reason: str) -> None:
         self._publish(FailOpen(operation=operation, what_failed="learning", reason=reason))
+
+
+async def _reply(receive: trio.MemoryReceiveChannel[None]) -> None:
+    """Wait for the service's reply; a service that crashed meanwhile (and restarts) ends
+    the wait too: what it was asked may not have happened, which fails open."""
+    async with receive:
+        with contextlib.suppress(trio.EndOfChannel):
+            await receive.receive()
 
 
 def _answer(reply: trio.MemorySendChannel[T], value: T) -> None:

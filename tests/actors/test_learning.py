@@ -222,3 +222,28 @@ async def test_prepare_step_records_the_tool_calls_it_sees_only_when_asked(
         if record:
             assert len(learned["gamma"]) == 1
             assert await top(engine, "ledger please") == "gamma"
+
+
+async def test_a_crash_while_learning_ends_the_wait_and_the_service_restarts(
+    monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    from toolroute._runtime.learning import Learning
+
+    real, crashes = Learning._learn, []
+
+    async def crash_once(self: Learning, message: object) -> bool:
+        if not crashes:
+            crashes.append(message)
+            raise RuntimeError("a bug in learning")
+        return await real(self, message)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Learning, "_learn", crash_once)
+    model = embedder()
+    async with open_engine(
+        TOOLS, config=CONFIG, embedder=model, run_cpu=inline_cpu(model)
+    ) as engine:
+        await engine.ready()
+        with trio.fail_after(30):  # a reply left open would wait for ever
+            assert await engine.learn("open the books", ["gamma"]) is False
+            assert await engine.learn("open the books", ["gamma"]) is True
+        assert await top(engine, "ledger please") == "gamma"

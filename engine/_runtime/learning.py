@@ -108,6 +108,8 @@ class Learning:
         self._snapshot = snapshot
         self._publish = publish
         self._book: dict[str, tuple[LearnedExample, ...]] = {}
+        self._loaded = False
+        self._io = trio.CapacityLimiter(1)  # the store's reads and writes, one at a time
         self._version = 0
         self._memo: tuple[RecallIndex, int, RecallIndex] | None = None
         self._synced: RecallIndex | None = None
@@ -203,20 +205,22 @@ class Learning:
         **Fail-open:** a store that cannot be read starts an empty book; a request that
         cannot be embedded is not learned (its caller hears ``False``); nothing raises.
         """
-        if not self._book:
+        # Started at once: the engine's start never waits for the store; requests meanwhile
+        # rank without evidence, and messages wait in the inbox until it is loaded.
+        task_status.started()
+        if not self._loaded:
             loaded: Mapping[str, Sequence[LearnedExample]] = {}
             try:
-                loaded = await self._workers.run(
-                    self._store.load, self._identity, limiter=self._cpu
-                )
+                loaded = await self._workers.run(self._store.load, self._identity, limiter=self._io)
             except EngineClosing:
                 return
             except Exception as exc:
                 self._fail("open_engine", f"the learning store could not be read: {brief(exc)}")
             bound = self._config.per_tool
             self._book = {t: merged((), e, bound) for t, e in loaded.items() if e}
+            self._loaded = True
             self._changed()
-        task_status.started()
+            await self._refresh()
         async for message in self._receive:
             # The reply closes whatever happens: a crash here ends the caller's wait
             # (``EndOfChannel``) instead of leaving it waiting for a reply that never comes.
@@ -331,7 +335,7 @@ class Learning:
     async def _save(self, tool_ids: Sequence[str]) -> None:
         entries = [(t, self._book.get(t, ())) for t in tool_ids]
         try:
-            await self._workers.run(self._write, entries, limiter=self._cpu)
+            await self._workers.run(self._write, entries, limiter=self._io)
         except EngineClosing:
             return
         except Exception as exc:  # the book stays; only the persistence is lost

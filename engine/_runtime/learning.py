@@ -111,7 +111,7 @@ class Learning:
         self._loaded = False
         self._io = trio.CapacityLimiter(1)  # the store's reads and writes, one at a time
         self._version = 0
-        self._memo: tuple[RecallIndex, int, RecallIndex] | None = None
+        self._memo: tuple[RecallIndex, RecallIndex] | None = None  # (served, with evidence)
         self._synced: RecallIndex | None = None
         self._send, self._receive = trio.open_memory_channel[Message](INBOX)
         self.dropped = 0  # recorded calls dropped on a full inbox
@@ -121,8 +121,10 @@ class Learning:
     def applied(self, index: RecallIndex) -> RecallIndex:
         """``index`` with the book's evidence (``index`` itself when there is none).
 
-        The service builds it in a worker thread after every change (``_refresh``), so a
-        request only builds it here the first time it meets a new snapshot.
+        The service builds it in a worker thread after every change (``_refresh``) and
+        answers ``learn`` / ``forget`` only then; until then a request keeps the evidence
+        built before the change. A request builds it here only when it meets a snapshot for
+        the first time.
         """
         if index is not self._synced and index.vectors is not None:
             self._synced = index
@@ -130,10 +132,10 @@ class Learning:
         if index.vectors is None or not self._book:
             return index
         memo = self._memo
-        if memo is not None and memo[0] is index and memo[1] == self._version:
-            return memo[2]
+        if memo is not None and memo[0] is index:
+            return memo[1]
         learned = self._built(index, self._book)
-        self._memo = (index, self._version, learned)
+        self._memo = (index, learned)
         return learned
 
     @staticmethod
@@ -152,11 +154,7 @@ class Learning:
         except EngineClosing:
             return
         if self._version == version:  # nothing changed meanwhile (it is only a head start)
-            self._memo = (index, version, learned)
-
-    def entries(self, tool_id: str) -> tuple[LearnedExample, ...]:
-        """The evidence kept for ``tool_id`` (oldest first)."""
-        return self._book.get(tool_id, ())
+            self._memo = (index, learned)
 
     # -- callers ------------------------------------------------------------------------------
 
@@ -301,7 +299,7 @@ class Learning:
             self._book = {t: e for t, e in self._book.items() if e}
             self._changed()
             await self._save(tuple(dict.fromkeys(touched)))
-            await self._refresh()
+        await self._refresh()  # for a new snapshot even when its examples did not change
 
     async def _forget(self, tool_ids: tuple[str, ...] | None) -> None:
         chosen = tuple(self._book) if tool_ids is None else tool_ids

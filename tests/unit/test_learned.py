@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from toolroute import Catalog, ConfigError, Tool, ToolIndex
+from toolroute import Catalog, CatalogError, ConfigError, Tool, ToolIndex
 from toolroute._core.recall.fusion import fuse
 from toolroute._core.recall.index import RecallIndex
 from toolroute._core.recall.learned import (
@@ -184,3 +184,39 @@ def test_a_tool_index_ranks_with_the_catalogues_example_requests() -> None:
     assert dict(zip(after.tool_ids, after.scores, strict=True))["beta"] > dict(
         zip(before.tool_ids, before.scores, strict=True)
     ).get("beta", -1.0)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        [{"type": "function", "function": {"name": "fly", "examples": ["book a flight"]}}],
+        [{"name": "fly", "input_schema": {"type": "object"}, "examples": ["book a flight"]}],
+        {"function_declarations": [{"name": "fly", "examples": ["book a flight"]}]},
+        {"tools": [{"name": "fly", "inputSchema": {}, "_meta": {"examples": ["book a flight"]}}]},
+        {"servers": [{"name": "air", "tools": [{"name": "fly", "examples": ["book a flight"]}]}]},
+        [{"name": "fly", "examples": ["book a flight"], "_meta": {"examples": ["fly me out"]}}],
+    ],
+    ids=["openai", "anthropic", "gemini", "mcp-meta", "mcp-servers", "plain-both"],
+)
+def test_every_reader_takes_example_requests(document: object) -> None:
+    (tool,) = Catalog.from_data(document).tools
+    assert tool.examples[0] == "book a flight"
+
+
+def test_anthropic_input_examples_are_arguments_not_requests() -> None:
+    document = [{"name": "fly", "input_schema": {}, "input_examples": [{"to": "Rome"}]}]
+    assert Catalog.from_data(document).tools[0].examples == ()
+
+
+@pytest.mark.parametrize(
+    ("tool", "field"),
+    [
+        ({"name": "fly", "examples": "book a flight"}, "'examples'"),
+        ({"name": "fly", "_meta": {"examples": [1]}}, "'_meta.examples'"),
+    ],
+)
+def test_malformed_examples_are_a_catalog_error_naming_the_tool_and_field(
+    tool: dict[str, object], field: str
+) -> None:
+    with pytest.raises(CatalogError, match=rf"tool 0 \('fly'\): field {field}"):
+        Catalog.from_plain([tool])

@@ -171,9 +171,7 @@ class Selector:
     ) -> tuple[Ranking, Policy]:
         """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
         assert self._generator is not None
-        ids = [
-            i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)
-        ]
+        ids = [i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)]
         result = await rerank(
             query,
             [index.catalog[i] for i in ids],

@@ -281,7 +281,9 @@ class Recall:
             vector = query_vectors(tier, [query], self._dim)[0]
         except Exception as exc:  # the last rung: keyword-only
             step = after_fast_tier_failed(brief(exc), why)
-            self._publish(FailOpen(operation="select", what_failed="fast tier", reason=step.reason))
+            self._publish(
+                FailOpen(operation="select", what_failed="fast tier", reason=step.reason)
+            )
             self._answers["keyword"] += 1
             return None, step.reason
         self._answers["fast"] += 1

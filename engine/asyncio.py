@@ -429,6 +429,8 @@ class AsyncioEngine:
     try_decide = _forward(Engine.try_decide)
     route_servers = _forward(Engine.route_servers)
     search_tools = _forward(Engine.search_tools)
+    learn = _forward(Engine.learn)
+    forget = _forward(Engine.forget)
 
 
 #: ``toolroute.route_servers`` for asyncio (same arguments; a guest run for the call).

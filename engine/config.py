@@ -14,6 +14,7 @@ from ._core.config import DedupConfig as DedupConfig
 from ._core.config import EngineConfig as EngineConfig
 from ._core.config import EnrichmentConfig as EnrichmentConfig
 from ._core.config import EventConfig as EventConfig
+from ._core.config import LearningConfig as LearningConfig
 from ._core.config import LoadConfig as LoadConfig
 from ._core.config import RerankConfig as RerankConfig
 from ._core.config import RestartPolicy as RestartPolicy
@@ -31,6 +32,7 @@ __all__ = [
     "EngineConfig",
     "EnrichmentConfig",
     "EventConfig",
+    "LearningConfig",
     "LoadConfig",
     "RerankConfig",
     "RestartPolicy",

@@ -212,6 +212,26 @@ class LoadConfig:
 
 
 @attrs.frozen(kw_only=True)
+class LearningConfig:
+    """Learning from example requests and from use (``Engine.learn``).
+
+    One privacy rule for everything the engine learns from requests (this evidence, and the
+    fast tier's served-request statistics): request text never reaches a store or the disk
+    unless ``keep_text`` is on; a request is kept as its vector and a SHA-256 of its text.
+    """
+
+    #: Off by default: recording what the conversation shows learns from every step.
+    record_calls: bool = attrs.field(default=False, validator=_flag)
+    #: Evidence kept per tool (examples and learned requests); the oldest learned go first.
+    per_tool: int = attrs.field(default=32, validator=_at_least_one)
+    #: Keep request text with the evidence (for inspection); off: vectors and hashes only.
+    keep_text: bool = attrs.field(default=False, validator=_flag)
+    #: Seconds ``learn`` waits for the request's embedding (past it nothing is learned); far
+    #: longer than a request's ``embed_s``, as nobody is waiting to be shown tools.
+    deadline_s: float = attrs.field(default=5.0, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
 class RestartPolicy:
     """At most ``max_restarts`` restarts within ``window_s``; waits double from ``backoff_s``."""
 
@@ -257,6 +277,9 @@ class EngineConfig:
     )
     restarts: RestartPolicy = attrs.field(factory=RestartPolicy, validator=_section(RestartPolicy))
     load: LoadConfig = attrs.field(factory=LoadConfig, validator=_section(LoadConfig))
+    learning: LearningConfig = attrs.field(
+        factory=LearningConfig, validator=_section(LearningConfig)
+    )
     #: Where embeddings and enrichment are cached (a path, kept as a string).
     cache_dir: str | None = attrs.field(default=None, converter=_directory)
     cache: bool = attrs.field(default=True, validator=_flag)

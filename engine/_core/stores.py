@@ -1,11 +1,11 @@
 """What the engine remembers, behind small protocols: embeddings, enrichment phrases, session
-state and the routing cache.
+state, the routing cache and learned evidence.
 
 The engine's runtime talks only to these protocols. The local implementations (disk files and
 in-memory maps, ``toolroute._stores``) are the defaults; a shared store (Redis, say) plugs in
 by implementing the same protocols and passing it to ``open_engine(stores=...)``, without
-touching the runtime. Embedding and enrichment stores are synchronous (the engine calls them
-from worker threads, next to the model); the session store is async where a shared store
+touching the runtime. Embedding, enrichment and learning stores are synchronous (the engine
+calls them from worker threads, next to the model); the session store is async where a shared store
 would need a round trip (holding a session for a step).
 """
 
@@ -52,6 +52,44 @@ class EnrichmentStore(Protocol):
 
     def save(self, identity: str, entries: Mapping[str, Sequence[str]]) -> None:
         """Merge ``entries`` into ``identity``'s (new entries win)."""
+        ...
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class LearnedExample:
+    """One piece of evidence that a tool serves a request: the request's vector, never its
+    text unless the host configured it (``LearningConfig.keep_text``).
+
+    Attributes:
+        digest: SHA-256 of the request's text (recognises a repeat; the text is not kept).
+        vector: the request's unit vector under the store's embedder identity.
+        source: ``"example"`` (given with the tool or through the API) or ``"use"``
+            (an agent used the tool for the request).
+        text: the request's text, only when configured; ``None`` otherwise.
+    """
+
+    digest: str
+    vector: npt.NDArray[np.float32]
+    source: str
+    text: str | None = None
+
+
+@runtime_checkable
+class LearningStore(Protocol):
+    """Learned evidence per tool, per embedder identity (a vector is only comparable with
+    vectors of the same model). The engine bounds each tool's entries before it saves them.
+    Never raises for storage trouble (as ``EmbeddingStore``)."""
+
+    def load(self, identity: str) -> dict[str, tuple[LearnedExample, ...]]:
+        """Every tool's entries (tool id → entries, oldest first) for ``identity``."""
+        ...
+
+    def save(self, identity: str, tool_id: str, entries: Sequence[LearnedExample]) -> None:
+        """Make ``entries`` the evidence of ``tool_id`` (none: the tool has none)."""
+        ...
+
+    def forget(self, identity: str, tool_ids: Collection[str] | None = None) -> None:
+        """Remove the evidence of ``tool_ids``; of every tool when ``None``."""
         ...
 
 
@@ -151,9 +189,13 @@ class Stores:
         enrichment: the generator's phrases per tool.
         sessions: per-session paging, sticky sets, search activations and sticky servers.
         routing: the per-session routing cache.
+        learning: example requests and learned evidence per tool (disk files under
+            ``config.cache_dir``'s ``learning`` folder by default; in memory with caching
+            off).
     """
 
     embeddings: EmbeddingStore | None = None
     enrichment: EnrichmentStore | None = None
     sessions: SessionStore | None = None
     routing: RoutingCache[object] | None = None
+    learning: LearningStore | None = None

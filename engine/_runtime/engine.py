@@ -33,6 +33,7 @@ from .decision_service import DecisionService
 from .facade import Engine
 from .fast_tier_service import FastTierService
 from .hub import EventHub
+from .learning import Learning
 from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, Selector
 from .server_router import ServerRouter
@@ -141,7 +142,7 @@ async def open_engine(
         if failure:
             hub.publish(FailOpen(operation="open_engine", what_failed="dedup", reason=failure))
         async with trio.open_nursery() as nursery:
-            engine, keeper, recall, decisions, steps = _assemble(
+            engine, keeper, recall, decisions, steps, learning = _assemble(
                 catalog,
                 dedup,
                 tool_sets,
@@ -167,6 +168,10 @@ async def open_engine(
                 run_supervised, "catalogue keeper", keeper.run, config.restarts, hub.publish
             )
             await nursery.start(run_supervised, "steps", steps.run, config.restarts, hub.publish)
+            if learning is not None:
+                await nursery.start(
+                    run_supervised, "learning", learning.run, config.restarts, hub.publish
+                )
             if recall.fast_tier is not None:
                 # Background: built once warm-up is done; recall uses it when it is ready.
                 fast_tier = functools.partial(
@@ -215,7 +220,7 @@ def _assemble(
     stores: EngineStores,
     hub: EventHub,
     workers: WorkerCalls,
-) -> tuple[Engine, CatalogKeeper, Recall, DecisionService, Steps]:
+) -> tuple[Engine, CatalogKeeper, Recall, DecisionService, Steps, Learning | None]:
     """The engine's services wired to each other (nothing runs yet): the facade, and the
     services ``open_engine`` runs supervised."""
     cpu = trio.CapacityLimiter(2)
@@ -233,6 +238,17 @@ def _assemble(
         cpu=cpu,
         publish=hub.publish,
     )
+    learning = None
+    if embedder is not None:  # evidence is request vectors: a keyword-only engine has none
+        learning = Learning(
+            stores.learning,
+            embedder,
+            config=config,
+            workers=workers,
+            cpu=cpu,
+            snapshot=lambda: keeper.snapshot,
+            publish=hub.publish,
+        )
     recall = Recall(
         embedder,
         embed_deadline_s=config.deadlines.embed_s,
@@ -242,6 +258,7 @@ def _assemble(
         query_cache=config.load.query_cache,
         fast_tier=_fast_tier_service(embedder, config, workers, hub),
         budget_s=config.load.budget_s,
+        learned=learning.applied if learning is not None else None,
     )
     decisions = DecisionService(decider, config.decision.concurrency, hub.publish)
     router = ServerRouter(
@@ -266,6 +283,7 @@ def _assemble(
         tool_sets=tool_sets,
         publish=hub.publish,
         key=key,
+        record=learning.offer if learning is not None and config.learning.record_calls else None,
     )
     engine = Engine._create(
         config=config,
@@ -277,8 +295,9 @@ def _assemble(
         decisions=decisions,
         router=router,
         recall=recall,
+        learning=learning,
     )
-    return engine, keeper, recall, decisions, steps
+    return engine, keeper, recall, decisions, steps, learning
 
 
 def _fast_tier_service(

@@ -32,6 +32,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
+from .learning import Learning, forget_arguments, learn_arguments
 from .recall import Recall
 from .request_context import open_request, stamped
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
@@ -71,8 +72,10 @@ class Engine(metaclass=NoPublicConstructor):
         decisions: DecisionService,
         router: ServerRouter,
         recall: Recall,
+        learning: Learning | None = None,
     ) -> None:
         self.config = config
+        self._learning = learning
         self._recall = recall
         self._tool_sets = tool_sets
         self._hub = hub
@@ -172,6 +175,8 @@ class Engine(metaclass=NoPublicConstructor):
         """
         self._check_open("ready")
         await self._keeper.ready()
+        if self._learning is not None:
+            await self._learning.ready()  # the catalogue's example requests, embedded
 
     def subscribe(
         self, buffer: int | None = None, *, snapshot: bool = False
@@ -515,3 +520,47 @@ class Engine(metaclass=NoPublicConstructor):
         access = request_access(allow, deny, tenant)
         with open_request("search_tools", session):
             return await self._steps.search_tools(arguments, session, k, access)
+
+    async def learn(self, request: str, tool_ids: Sequence[str]) -> bool:
+        """Record that ``tool_ids`` served ``request`` (what the agent actually used), so
+        recall ranks them higher for requests like it. Kept in the learning store as the
+        request's vector and a hash of its text (the text only with
+        ``config.learning.keep_text``), at most ``config.learning.per_tool`` per tool.
+
+        Returns:
+            Whether it was recorded: ``False`` for a keyword-only engine, or when the
+            request could not be embedded within ``config.learning.deadline_s``.
+
+        Raises:
+            ConfigError: ``request`` is not a non-empty string, or ``tool_ids`` is a bare
+                string, empty, or names a tool not in the catalogue.
+
+        **Cancellation:** the caller's cancel scope cancels the wait; a request already
+        handed to the learning service may still be recorded.
+
+        **Fail-open:** learned evidence only ever lifts the tools it names; a failure to
+        embed or to persist never raises (a ``fail_open`` event says why).
+        """
+        self._check_open("learn")
+        ids = learn_arguments(request, tool_ids, self._keeper.snapshot.source)
+        if self._learning is None:
+            return False
+        with open_request("learn"):
+            return await self._learning.learn(request, ids)
+
+    async def forget(self, tool_ids: Sequence[str] | None = None) -> None:
+        """Remove what was learned from use (``learn``, recorded tool calls) for
+        ``tool_ids``, or for every tool when ``None``. A tool's own example requests stay as
+        long as it carries them (change them with ``update``).
+
+        Raises:
+            ConfigError: ``tool_ids`` is a bare string or holds something not a string.
+
+        **Cancellation:** the caller's cancel scope cancels the wait; the removal may still
+        happen.
+        """
+        self._check_open("forget")
+        ids = forget_arguments(tool_ids)
+        if self._learning is not None:
+            with open_request("forget"):
+                await self._learning.forget(ids)

@@ -149,6 +149,7 @@ class Recall:
         fast_tier: the fast tier service, if the embedder has one.
         budget_s: predicted wait past which the fast tier answers at once (default: half the
             embed deadline, ``DEFAULT_BUDGET_SHARE``).
+        learned: the index with the learning service's evidence (``Learning.applied``).
     """
 
     def __init__(
@@ -162,8 +163,10 @@ class Recall:
         query_cache: int = 0,
         fast_tier: FastTierService | None = None,
         budget_s: float | None = None,
+        learned: Callable[[RecallIndex], RecallIndex] | None = None,
     ) -> None:
         self._embedder = embedder
+        self._learned = learned
         self._deadline = embed_deadline_s
         self._budget = embed_deadline_s * DEFAULT_BUDGET_SHARE if budget_s is None else budget_s
         self._cache = QueryCache(query_cache)
@@ -241,6 +244,8 @@ class Recall:
         if checkpoint:
             await trio.lowlevel.checkpoint()
         chosen = chosen_strategy(strategy, has_embedder=self._embedder is not None, strict=False)
+        if self._learned is not None:
+            index = self._learned(index)
         vector: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")
         wanted = needs_request_vector(query, chosen, tool_vectors=index.vectors_verdict)

@@ -31,6 +31,7 @@ from .._core.config import EngineConfig
 from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen, StepFinished, query_hash
 from .._core.outcome import Outcome
+from .._core.recall.learned import calls_since_request
 from .._core.select.access import OPEN, ToolAccess, recall_depth
 from .._core.select.conversation import (
     Messages,
@@ -161,9 +162,11 @@ class Steps:
         tool_sets: Sequence[ToolSet],
         publish: Callable[[Event], None],
         key: bytes,
+        record: Callable[[str, Sequence[str]], None] | None = None,
     ) -> None:
         self._keeper = keeper
         self._recall = recall
+        self._record = record  # the learning service's ``offer`` with ``record_calls`` on
         self._router = router
         self._sessions = sessions
         self._config = config
@@ -400,6 +403,10 @@ class Steps:
         started = time.perf_counter()
         defaults = self._config.selection
         turns = read_turns(messages)  # once: reading the conversation is a tenth of a step
+        if self._record is not None:
+            request, called = calls_since_request(turns)
+            if called:
+                self._record(request, called)
         query = query_of_turns(turns)
         page = min(idle_steps_of_turns(turns), 2)
         found: tuple[str, ...] = ()  # tools the agent found with search_tools, shown once

@@ -22,6 +22,7 @@ from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
 from .._core.recall.parts import request_vectors
+from .._core.recall.learned import example_texts, grouped, learned_scores
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
 from .._core.select.access import ToolAccess, request_access
 from .._core.select.arguments import count, query_text, served_catalog
@@ -146,9 +147,17 @@ class ToolIndex:
     ) -> RecallIndex:
         try:
             vectors = self.tool_vectors(embedder, index.embedding_texts(), progress)
-            return index.with_vectors(vectors)
+            index = index.with_vectors(vectors)
         except Exception as exc:  # any embedder failure degrades to keyword-only recall
             return index.without_vectors(f"embedder failed while indexing: {brief(exc)}")
+        examples = example_texts(index.catalog)
+        if not examples:
+            return index
+        try:  # the tools' example requests lift them (``learned``); without them, as before
+            found = self.tool_vectors(embedder, [text for _, text in examples], None)
+        except Exception:
+            return index
+        return index.with_learned(learned_scores(index.ids, vectors, grouped(examples, found)))
 
     def tool_vectors(
         self, embedder: Embedder, texts: Sequence[str], progress: Progress | None

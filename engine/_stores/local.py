@@ -7,9 +7,17 @@ from pathlib import Path
 import attrs
 
 from .._core.config import EngineConfig
-from .._core.stores import EmbeddingStore, EnrichmentStore, RoutingCache, SessionStore, Stores
+from .._core.stores import (
+    EmbeddingStore,
+    EnrichmentStore,
+    LearningStore,
+    RoutingCache,
+    SessionStore,
+    Stores,
+)
 from .embedding_cache import EmbeddingCache, default_cache_dir
 from .enrichment_cache import EnrichmentCache
+from .learning import LearningCache, MemoryLearningStore
 from .routing_cache import MemoryRoutingCache
 from .sessions import MemorySessionStore
 
@@ -31,13 +39,18 @@ class EngineStores:
     enrichment: EnrichmentStore | None
     sessions: SessionStore
     routing: RoutingCache[object]
+    learning: LearningStore
 
 
 def local_stores(config: EngineConfig, given: Stores | None = None) -> EngineStores:
     """``given`` with every store it leaves out replaced by the local one ``config`` asks
     for (no disk store when ``config.cache`` is off)."""
     given = given or Stores()
-    directory = cache_directory(config) if None in (given.embeddings, given.enrichment) else None
+    directory = (
+        cache_directory(config)
+        if None in (given.embeddings, given.enrichment, given.learning)
+        else None
+    )
     embeddings = given.embeddings
     if embeddings is None and directory is not None:
         embeddings = EmbeddingCache(directory)
@@ -54,6 +67,18 @@ def local_stores(config: EngineConfig, given: Stores | None = None) -> EngineSto
     routing = given.routing
     if routing is None:
         routing = MemoryRoutingCache[object](entries=memory.cache_entries, ttl_s=memory.cache_ttl_s)
+    learning = given.learning
+    if learning is None:
+        # Learned evidence outlives the process only where the caches do.
+        learning = (
+            LearningCache(directory / "learning")
+            if directory is not None
+            else MemoryLearningStore()
+        )
     return EngineStores(
-        embeddings=embeddings, enrichment=enrichment, sessions=sessions, routing=routing
+        embeddings=embeddings,
+        enrichment=enrichment,
+        sessions=sessions,
+        routing=routing,
+        learning=learning,
     )

@@ -40,6 +40,7 @@ SERVICES = {
     "fast tier": "toolroute._runtime.fast_tier_service.FastTierService.run",
     "decision actor": "toolroute._decisions.actor.DecisionActor.run",
     "event hub": "toolroute._runtime.hub.EventHub.run",
+    "learning": "toolroute._runtime.learning.Learning.run",
 }
 
 
@@ -108,6 +109,7 @@ async def test_the_engine_runs_no_long_running_task_beyond_its_listed_services(
         "steps",
         "fast tier",
         "decision actor",
+        "learning",
     ],
 )
 async def test_each_long_running_service_is_started_by_the_supervisor(

@@ -24,7 +24,8 @@ SECTIONS = [f.name for f in attrs.fields(EngineConfig) if attrs.has(f.type)]
 
 
 def test_every_section_is_a_checked_field() -> None:
-    assert len(SECTIONS) == 13
+    assert len(SECTIONS) == 14
+    assert "learning" in SECTIONS
     assert "routing" in SECTIONS
     assert "load" in SECTIONS
     assert "restarts" in SECTIONS

@@ -10,8 +10,10 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import CatalogError
-from .tool import QUALIFIER, Tool
+import attrs
+
+from ..errors import CatalogError, ConfigError
+from .tool import QUALIFIER, Tool, example_tuple
 
 FORMATS = ("openai", "anthropic", "gemini", "mcp", "mcp-servers", "plain")
 
@@ -182,18 +184,7 @@ def _qualify_clashes(tools: list[Tool]) -> list[Tool]:
     if not clashing:
         return tools
     return [
-        Tool(
-            id=f"{t.server}{QUALIFIER}{t.id}",
-            name=t.name,
-            description=t.description,
-            parameters=t.parameters,
-            server=t.server,
-            annotations=t.annotations,
-            title=t.title,
-        )
-        if t.id in clashing
-        else t
-        for t in tools
+        attrs.evolve(t, id=f"{t.server}{QUALIFIER}{t.id}") if t.id in clashing else t for t in tools
     ]
 
 
@@ -299,7 +290,28 @@ def _build(
         server=server,
         annotations=notes,
         title=title,
+        examples=_examples(where, item),
     )
+
+
+def _examples(where: str, item: Mapping[str, Any]) -> tuple[str, ...]:
+    """Example requests: the top-level ``examples`` key of any format, then the MCP
+    extension field ``_meta.examples`` (MCP's place for data outside the protocol). OpenAI,
+    Anthropic and Gemini definitions have no such field; Anthropic's ``input_examples`` are
+    example arguments, not requests, so they are not read."""
+    found: list[str] = []
+    meta = item.get("_meta")
+    for field, value in (
+        ("examples", item.get("examples")),
+        ("_meta.examples", (meta.get("examples") if isinstance(meta, Mapping) else None)),
+    ):
+        if value is None:
+            continue
+        try:
+            found.extend(example_tuple(value))
+        except ConfigError as exc:
+            raise CatalogError(f"{where}: field {field!r}: {exc}") from None
+    return tuple(found)
 
 
 # -- containers -------------------------------------------------------------------------------

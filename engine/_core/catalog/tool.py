@@ -20,6 +20,28 @@ def id_tuple(value: Iterable[str], field: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+def example_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    """Example requests as a tuple of distinct non-empty strings, in order.
+
+    Raises:
+        ConfigError: ``value`` is a bare string or holds something that is not a string.
+    """
+    if isinstance(value, str):
+        raise ConfigError(f"examples must be a list of strings, not the string {value!r}")
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ConfigError(
+            f"examples must be a list of strings, got {type(value).__name__}"
+        ) from None
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(
+                f"examples must be a list of strings, got an item of type {type(item).__name__}"
+            )
+    return tuple(dict.fromkeys(text.strip() for text in items if text.strip()))
+
+
 @attrs.frozen
 class Tool:
     """One tool as the agent's model sees it.
@@ -34,6 +56,9 @@ class Tool:
         server: the MCP server or namespace the tool comes from, if any.
         annotations: MCP annotations (``readOnlyHint`` …) or other host metadata.
         title: a human-readable title (MCP ``title``), if any.
+        examples: example requests this tool serves (keyword-only; a list of strings, kept
+            in order without repeats). Recall ranks a request near one of them higher; they
+            are never shown to the model.
     """
 
     id: str
@@ -43,6 +68,7 @@ class Tool:
     server: str | None = None
     annotations: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     title: str | None = None
+    examples: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=example_tuple)
 
 
 @attrs.frozen

@@ -41,6 +41,7 @@ from ..select.toolsets import ToolSet
 from ..text import embedding_text, keyword_document, split_identifier, tokenize
 from .fusion import FusionWeights, fuse, keyword_terms
 from .keyword import KeywordIndex
+from .learned import LearnedScores
 from .vectors import (
     INT8_FROM,
     Indices,
@@ -79,6 +80,8 @@ class RecallIndex:
             as fp32, faster). ``None``: always fp32.
         int8_from: the catalogue size from which ``int8_product`` is used.
         build_s: seconds the keyword index took to build.
+        learned: example and learned evidence of the tools (``learned.LearnedScores``),
+            lifting the cosine of the tools it covers; ``None``: descriptions only.
     """
 
     catalog: Catalog
@@ -91,6 +94,7 @@ class RecallIndex:
     int8_product: Int8ProductFactory | None = attrs.field(default=None, repr=False)
     int8_from: int = INT8_FROM
     build_s: float = 0.0
+    learned: LearnedScores | None = attrs.field(default=None, repr=False)
     #: Whether the index has tool vectors (``applied``), or why not (``degraded``); set
     #: from ``vectors`` once, as every request reads it.
     vectors_verdict: Verdict = attrs.field(init=False, repr=False)
@@ -155,7 +159,13 @@ class RecallIndex:
             vectors=exact,
             int8=int8_index(exact, self.int8_product, self.int8_from),
             degraded_reason="",
+            learned=None,  # it was aligned with the vectors it replaces
         )
+
+    def with_learned(self, learned: LearnedScores | None) -> RecallIndex:
+        """A copy whose semantic and combined recall adds ``learned`` evidence (built by
+        ``learned.learned_scores`` for this index's ids and vectors); ``None``: none."""
+        return attrs.evolve(self, learned=learned)
 
     def without_vectors(self, reason: str) -> RecallIndex:
         """A keyword-only copy whose selections report ``reason``."""
@@ -239,7 +249,8 @@ class RecallIndex:
         catalogue's mean score (the policy's baseline)."""
         assert self.vectors is not None
         combined = strategy is Strategy.COMBINED
-        if self.int8 is not None:
+        # Learned evidence lifts cosines the int8 candidates do not see: fp32 then.
+        if self.int8 is not None and self.learned is None:
             # The same rows and scores as below: int8 picks candidates, fp32 re-scores them.
             bonus = None
             if combined:
@@ -249,6 +260,8 @@ class RecallIndex:
             picked, picked_scores = self.int8.ranked(query_vector, k, bonus)
             return picked, picked_scores, self.int8.baseline(query_vector, bonus)
         cosine = self.vectors.scores(query_vector)
+        if self.learned is not None:
+            cosine = self.learned.semantic(cosine, query_vector)
         if combined:
             coverage, names = self.keyword.coverage(tokens), self.keyword.name_coverage(tokens)
             scores = fuse(cosine, coverage, names, weights)

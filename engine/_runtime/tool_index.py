@@ -21,8 +21,8 @@ from .._core.errors import ConfigError
 from .._core.protocols import Embedder, Int8Kernel
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
-from .._core.recall.parts import request_vectors
 from .._core.recall.learned import example_texts, grouped, learned_scores
+from .._core.recall.parts import request_vectors
 from .._core.recall.vectors import INT8_FROM, Int8Index, VectorIndex
 from .._core.select.access import ToolAccess, request_access
 from .._core.select.arguments import count, query_text, served_catalog

@@ -32,7 +32,7 @@ from .openapi import openapi_document
 from .routes import Route, routes_for
 from .schema import BodyError, check
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("toolroute.serve")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

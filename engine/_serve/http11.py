@@ -30,7 +30,7 @@ App = Callable[
     Awaitable[None],
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("toolroute.serve")
 
 #: Bytes read from the socket at a time.
 READ_SIZE = 65536

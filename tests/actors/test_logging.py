@@ -20,6 +20,7 @@ LAYER_LOGGERS = {
     "toolroute.decisions",
     "toolroute.asyncio",
     "toolroute.integrations",
+    "toolroute.serve",
 }
 CATALOG = Catalog.from_mcp_servers(
     {

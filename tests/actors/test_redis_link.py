@@ -1,0 +1,187 @@
+"""The Redis link in virtual time: every call ends by its deadline, an outage is announced
+once and costs later calls nothing, and the probe resynchronises when Redis answers again.
+
+A scripted client stands in for coredis here (deadlines need a mock clock, a real socket
+does not follow one); ``tests/integration/test_redis_faults.py`` runs the same rules against
+a real ``redis-server``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trio
+import trio.testing
+
+pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
+
+import coredis.exceptions  # noqa: E402
+
+from toolroute._core.events import Event, FailOpen  # noqa: E402
+from toolroute._stores.redis.caches import RedisEmbeddingStore  # noqa: E402
+from toolroute._stores.redis.link import UNAVAILABLE, RedisLink  # noqa: E402
+
+
+class ScriptedRedis:
+    """Answers ``ping`` and ``hset``/``hmget`` from a dict; ``hang`` makes every call wait
+    until cancelled, ``refuse`` makes it fail as a dropped connection does."""
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.refuse = False
+        self.hashes: dict[str, dict[bytes, bytes]] = {}
+        self.calls = 0
+
+    async def _gate(self) -> None:
+        self.calls += 1
+        if self.hang:
+            await trio.sleep_forever()
+        if self.refuse:
+            raise coredis.exceptions.ConnectionError("Connection refused")
+
+    async def ping(self) -> bytes:
+        await self._gate()
+        return b"PONG"
+
+    async def hset(self, key: str, values: dict[bytes, bytes]) -> int:
+        await self._gate()
+        self.hashes.setdefault(key, {}).update(values)
+        return len(values)
+
+    async def hmget(self, key: str, fields: list[bytes]) -> tuple[bytes | None, ...]:
+        await self._gate()
+        stored = self.hashes.get(key, {})
+        return tuple(stored.get(f) for f in fields)
+
+
+def new_link(client: ScriptedRedis, events: list[Event]) -> RedisLink:
+    link = RedisLink(
+        client,  # type: ignore[arg-type]
+        namespace="t",
+        deadline_s=0.1,
+        probe_interval_s=0.5,
+    )
+    link.report_to(events.append)
+    return link
+
+
+async def test_a_hung_call_ends_at_its_deadline_and_later_calls_do_not_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedRedis(), []
+    link = new_link(client, events)
+    client.hang = True
+    start = trio.current_time()
+    assert await link.call("read", lambda c: c.ping()) is UNAVAILABLE
+    assert trio.current_time() - start == pytest.approx(0.1)
+    # Down: the next calls answer at once, without touching the client.
+    calls = client.calls
+    before = trio.current_time()
+    for _ in range(5):
+        assert await link.call("read", lambda c: c.ping()) is UNAVAILABLE
+    assert trio.current_time() == before
+    assert client.calls == calls
+    stats = link.statistics()
+    assert (stats.up, stats.timeouts, stats.skipped, stats.outages) == (False, 1, 5, 1)
+    [event] = events
+    assert isinstance(event, FailOpen)
+    assert event.what_failed == "redis"
+    assert "no answer within 0.1 s" in event.reason
+
+
+async def test_a_refused_call_fails_open_at_once_and_is_counted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedRedis(), []
+    link = new_link(client, events)
+    client.refuse = True
+    start = trio.current_time()
+    assert await link.call("write", lambda c: c.ping()) is UNAVAILABLE
+    assert trio.current_time() == start
+    assert link.statistics().failures == 1
+    assert "ConnectionError" in events[0].reason  # type: ignore[union-attr]
+
+
+async def test_the_probe_brings_the_link_back_and_runs_the_resyncs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedRedis(), []
+    link = new_link(client, events)
+    resynced: list[float] = []
+
+    async def resync() -> None:
+        resynced.append(trio.current_time())
+        # The resync's own calls go through: the link is up before it runs.
+        assert await link.call("resync", lambda c: c.ping()) == b"PONG"
+
+    link.on_resync(resync, lambda: 0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(link.run_probe)
+        client.refuse = True
+        await link.call("read", lambda c: c.ping())
+        await trio.sleep(2.0)  # four probes, all refused
+        assert not link.up and not resynced
+        client.refuse = False
+        await trio.sleep(0.6)
+        assert link.up
+        assert len(resynced) == 1
+        assert link.statistics().recoveries == 1
+        # A second outage is announced again, and recovers again.
+        client.hang = True
+        await link.call("read", lambda c: c.ping())
+        client.hang = False
+        await trio.sleep(0.6)
+        assert link.up and len(resynced) == 2
+        nursery.cancel_scope.cancel()
+    assert [type(e) for e in events] == [FailOpen, FailOpen]
+
+
+async def test_a_write_redis_missed_waits_and_goes_out_on_recovery() -> None:
+    # Real worker threads: the embedding store is called from them, as the engine does.
+    client, events = ScriptedRedis(), []
+    link = new_link(client, events)
+    store = RedisEmbeddingStore(link, None)
+    vectors = np.eye(3, 4, dtype=np.float32)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(link.run_probe)
+        client.refuse = True
+        await trio.to_thread.run_sync(store.put_many, "model", ["a", "b", "c"], vectors)
+        assert link.statistics().writes_pending == 3
+        got, found = await trio.to_thread.run_sync(store.get_many, "model", 4, ["a", "b"])
+        assert not found.any()  # no near tier, Redis down: a miss, never an error
+        client.refuse = False
+        with trio.fail_after(30):  # loose: real threads on a shared machine
+            while not link.up or link.statistics().writes_pending:
+                await trio.sleep(0.05)
+        got, found = await trio.to_thread.run_sync(store.get_many, "model", 4, ["a", "b", "c"])
+        assert found.all()
+        np.testing.assert_array_equal(got, vectors)
+        assert link.statistics().writes_resynced == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_on_the_event_loop_thread_the_shared_tier_is_skipped_not_blocked(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # An inline ``run_cpu`` calls the store on the loop's own thread: a blocking round trip
+    # there would deadlock, so the shared tier answers "not found" and counts it.
+    client, events = ScriptedRedis(), []
+    link = new_link(client, events)
+    store = RedisEmbeddingStore(link, None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(link.run_probe)
+        _vectors, found = store.get_many("model", 4, ["a"])
+        assert not found.any()
+        assert link.statistics().skipped == 1
+        assert client.calls == 0
+        nursery.cancel_scope.cancel()
+
+
+def test_a_vector_of_another_width_is_never_served() -> None:
+    from toolroute._stores.redis.caches import _vector
+
+    assert _vector(np.ones(3, dtype="<f4").tobytes(), 4) is None
+    assert _vector(np.array([1, np.nan], dtype="<f4").tobytes(), 2) is None
+    assert _vector(None, 2) is None
+    row = _vector(np.array([1, 2], dtype="<f4").tobytes(), 2)
+    assert row is not None and row.tolist() == [1.0, 2.0]

@@ -35,7 +35,13 @@ class AttrsCodec(Generic[T]):
 
     def decode(self, text: str) -> T | None:
         try:
-            value: T = self._converter.structure(json.loads(text), self._cls)  # type: ignore[assignment]
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        try:
+            value: T = self._converter.structure(data, self._cls)  # type: ignore[assignment]
         except (ValueError, TypeError, KeyError, cattrs.BaseValidationError):
             return None
         return value

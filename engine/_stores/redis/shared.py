@@ -130,6 +130,7 @@ class RedisStores:
                 yield
             finally:
                 nursery.cancel_scope.cancel("shared stores detached")
+                await self._events.close()
 
     async def update(
         self,

@@ -96,18 +96,29 @@ class EventPublisher:
         lost before it) until the subscription ends."""
         task_status.started()
         counters = self._link.counters
-        async for delivery in deliveries:
-            counters.events_dropped += delivery.dropped
-            self._keep({"node": self._node, "event": to_json(delivery.event)})
-            # Whatever else arrived meanwhile goes in the same pipeline.
-            while len(self._backlog) < BATCH:
-                try:
-                    more = deliveries.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                counters.events_dropped += more.dropped
-                self._keep({"node": self._node, "event": to_json(more.event)})
+        try:
+            async for delivery in deliveries:
+                counters.events_dropped += delivery.dropped
+                self._keep({"node": self._node, "event": to_json(delivery.event)})
+                # Whatever else arrived meanwhile goes in the same pipeline.
+                while len(self._backlog) < BATCH:
+                    try:
+                        more = deliveries.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    counters.events_dropped += more.dropped
+                    self._keep({"node": self._node, "event": to_json(more.event)})
+                await self.flush()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            pass  # the engine closed or the subscription ended: ``close`` sends the rest
+
+    async def close(self) -> None:
+        """Send what is left (within one deadline); what Redis does not take is dropped,
+        and counted."""
+        with trio.move_on_after(self._link.deadline_s, shield=True):
             await self.flush()
+        self._link.counters.events_dropped += len(self._backlog)
+        self._backlog.clear()
 
     async def flush(self) -> None:
         """Send the backlog, oldest first, while Redis takes it."""
@@ -172,9 +183,8 @@ class EventConsumer:
 
         try:
             await self._client.xgroup_create(self._key, self.group, start, mkstream=True)
-        except coredis.exceptions.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        except coredis.exceptions.StreamDuplicateConsumerGroupError:
+            pass  # it exists: it goes on where it was
 
     async def read(self, count: int = 100) -> list[StreamedEvent]:
         """The next events for this consumer (waiting up to ``block_ms`` for one)."""
@@ -265,7 +275,9 @@ class CatalogFeed:
         self, apply: ApplyChange, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Apply every other node's changes, in stream order, from now on."""
-        last = "$"
+        # From the newest entry now (a concrete id: "$" read again later would skip what came
+        # in between); an empty or unreachable stream is read from its start.
+        last = "0-0"
         reply = await self._link.call("catalog follow", self._newest)
         if reply is not UNAVAILABLE and reply:
             last = _text(reply[0].identifier)

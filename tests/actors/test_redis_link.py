@@ -15,11 +15,11 @@ import trio.testing
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
-import coredis.exceptions  # noqa: E402
+import coredis.exceptions
 
-from toolroute._core.events import Event, FailOpen  # noqa: E402
-from toolroute._stores.redis.caches import RedisEmbeddingStore  # noqa: E402
-from toolroute._stores.redis.link import UNAVAILABLE, RedisLink  # noqa: E402
+from toolroute._core.events import Event, FailOpen
+from toolroute._stores.redis.caches import RedisEmbeddingStore
+from toolroute._stores.redis.link import UNAVAILABLE, RedisLink
 
 
 class ScriptedRedis:
@@ -120,7 +120,8 @@ async def test_the_probe_brings_the_link_back_and_runs_the_resyncs(
         client.refuse = True
         await link.call("read", lambda c: c.ping())
         await trio.sleep(2.0)  # four probes, all refused
-        assert not link.up and not resynced
+        assert not link.up
+        assert not resynced
         client.refuse = False
         await trio.sleep(0.6)
         assert link.up
@@ -131,7 +132,8 @@ async def test_the_probe_brings_the_link_back_and_runs_the_resyncs(
         await link.call("read", lambda c: c.ping())
         client.hang = False
         await trio.sleep(0.6)
-        assert link.up and len(resynced) == 2
+        assert link.up
+        assert len(resynced) == 2
         nursery.cancel_scope.cancel()
     assert [type(e) for e in events] == [FailOpen, FailOpen]
 
@@ -151,7 +153,7 @@ async def test_a_write_redis_missed_waits_and_goes_out_on_recovery() -> None:
         assert not found.any()  # no near tier, Redis down: a miss, never an error
         client.refuse = False
         with trio.fail_after(30):  # loose: real threads on a shared machine
-            while not link.up or link.statistics().writes_pending:
+            while not link.up or link.statistics().writes_pending:  # noqa: ASYNC110 (polls another thread's state)
                 await trio.sleep(0.05)
         got, found = await trio.to_thread.run_sync(store.get_many, "model", 4, ["a", "b", "c"])
         assert found.all()
@@ -184,4 +186,5 @@ def test_a_vector_of_another_width_is_never_served() -> None:
     assert _vector(np.array([1, np.nan], dtype="<f4").tobytes(), 2) is None
     assert _vector(None, 2) is None
     row = _vector(np.array([1, 2], dtype="<f4").tobytes(), 2)
-    assert row is not None and row.tolist() == [1.0, 2.0]
+    assert row is not None
+    assert row.tolist() == [1.0, 2.0]

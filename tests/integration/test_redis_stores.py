@@ -16,13 +16,13 @@ import trio
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
-from redisbox.nodes import CATALOG, open_nodes  # noqa: E402
-from redisbox.server import REDIS_SERVER, RedisServer  # noqa: E402
+from redisbox.nodes import CATALOG, open_nodes
+from redisbox.server import REDIS_SERVER, RedisServer
 
-from toolroute import ConfigError, Tool  # noqa: E402
-from toolroute.events import StepFinished  # noqa: E402
-from toolroute.redis import open_event_consumer, open_redis_stores  # noqa: E402
-from toolroute.testing import ScriptedDecider  # noqa: E402
+from toolroute import ConfigError, Tool
+from toolroute.events import StepFinished
+from toolroute.redis import open_event_consumer, open_redis_stores
+from toolroute.testing import ScriptedDecider
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 
@@ -46,7 +46,8 @@ async def test_a_new_node_reads_the_vectors_another_node_embedded(
         # Every tool vector came from Redis; none was embedded again.
         assert second.shared.embeddings.from_redis == len(CATALOG)
         stats = second.shared.statistics()
-        assert stats.up and stats.failures == stats.timeouts == 0
+        assert stats.up
+        assert stats.failures == stats.timeouts == 0
     # ... and is in the new node's near tier (its disk cache) from then on.
     assert any((tmp_path / "later" / "node0").glob("*.emb"))
 
@@ -61,15 +62,18 @@ async def test_steps_of_one_session_hop_between_nodes_with_their_state(
         # Forced on node a; node b's step of the same session still forces it.
         second = await b.prepare_step("book a flight to rome", session="trip")
         assert "mail" in second.active_sets
-        assert second.tool_ids is not None and "read_inbox" in second.tool_ids
+        assert second.tool_ids is not None
+        assert "read_inbox" in second.tool_ids
         # A tool found with search_tools on node c is shown on the next step, on node a.
         found = await c.search_tools({"query": "refund a card payment"}, session="trip", k=1)
         assert [t["name"] for t in found["tools"]] == ["refund_payment"]
         third = await a.prepare_step("book a flight to rome", session="trip", release_sets=["mail"])
-        assert third.tool_ids is not None and "refund_payment" in third.tool_ids
+        assert third.tool_ids is not None
+        assert "refund_payment" in third.tool_ids
         assert "mail" not in third.active_sets
         fourth = await b.prepare_step("book a flight to rome", session="trip")
-        assert fourth.tool_ids is not None and "refund_payment" not in fourth.tool_ids
+        assert fourth.tool_ids is not None
+        assert "refund_payment" not in fourth.tool_ids
         assert "mail" not in fourth.active_sets
         # Another session is untouched by all of this.
         other = await c.prepare_step("book a flight to rome", session="other")
@@ -133,14 +137,16 @@ async def test_a_routing_cached_on_one_node_is_a_hit_on_another(
     ) as [a, b]:
         query = "refund the last card payment"
         first = await a.engine.route_servers(query, session="s1")
-        assert not first.cache_hit and deciders[0].requests
+        assert not first.cache_hit
+        assert deciders[0].requests
         second = await b.engine.route_servers(query, session="s1")
         assert second.cache_hit
         assert second.selected == first.selected
         assert not deciders[1].requests  # node b asked no model
         # The cache is per session: another session routes afresh.
         third = await b.engine.route_servers(query, session="s2")
-        assert not third.cache_hit and deciders[1].requests
+        assert not third.cache_hit
+        assert deciders[1].requests
 
 
 async def test_events_of_every_node_reach_each_consumer_group(
@@ -180,7 +186,7 @@ async def test_a_catalogue_change_on_one_node_is_applied_on_the_others(
         await nodes[0].shared.update(nodes[0].engine, add=[new], remove=["cancel_flight"])
         with trio.fail_after(30):
             for node in nodes:
-                while "translate_text" not in node.engine.catalog:
+                while "translate_text" not in node.engine.catalog:  # noqa: ASYNC110 (another node's change)
                     await trio.sleep(0.02)
         for node in nodes:
             assert "cancel_flight" not in node.engine.catalog
@@ -194,10 +200,9 @@ async def test_a_bad_url_or_option_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unix:// URL, got 'http://x'"):
         async with open_redis_stores("http://x"):
             pass
-    with pytest.raises(ConfigError, match="deadline_s must be a positive number.*got 0"):
+    with pytest.raises(ConfigError, match=r"deadline_s must be a positive number.*got 0"):
         async with open_redis_stores("redis://127.0.0.1:1", deadline_s=0):
             pass
     with pytest.raises(ConfigError, match="config must be an EngineConfig"):
         async with open_redis_stores("redis://127.0.0.1:1", config={}):  # type: ignore[arg-type]
             pass
-

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
-from toolroute._core.outcome import Outcome  # noqa: E402
-from toolroute._core.stores import SessionState  # noqa: E402
-from toolroute._routing.questions import RoutingOutcome  # noqa: E402
-from toolroute._stores.redis.codec import AttrsCodec  # noqa: E402
-from toolroute._stores.redis.sessions import ROUTING_PER_SESSION, _decode, _encode  # noqa: E402
+from toolroute._core.outcome import Outcome
+from toolroute._core.stores import SessionState
+from toolroute._routing.questions import RoutingOutcome
+from toolroute._stores.redis.codec import AttrsCodec
+from toolroute._stores.redis.sessions import ROUTING_PER_SESSION, _decode, _encode
 
 names = st.text(min_size=1, max_size=12)
 states = st.builds(

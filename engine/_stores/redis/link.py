@@ -33,6 +33,7 @@ class _Unavailable(enum.Enum):
 UNAVAILABLE: Final = _Unavailable.UNAVAILABLE
 Unavailable = _Unavailable
 
+
 @attrs.frozen(kw_only=True)
 class RedisStatistics:
     """What the shared stores have counted so far.
@@ -216,7 +217,9 @@ class RedisLink:
                 )
             )
 
-    async def run_probe(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run_probe(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """While Redis is down, ping it every ``probe_interval_s``; when it answers, run the
         resyncs and let calls through again."""
         self._token = trio.lowlevel.current_trio_token()

@@ -172,9 +172,7 @@ async def open_shared_stores(
         import coredis
         from coredis.retry import NoRetryPolicy
     except ImportError as exc:
-        raise ConfigError(
-            "the Redis stores need coredis: pip install 'toolroute[redis]'"
-        ) from exc
+        raise ConfigError("the Redis stores need coredis: pip install 'toolroute[redis]'") from exc
     # No client-side retries: a failed call fails open at once and the probe brings it back.
     client: coredis.Redis[bytes] = coredis.Redis.from_url(
         url, retry_policy=NoRetryPolicy(), connect_timeout=deadline_s

@@ -16,6 +16,7 @@ dropped, as are the events a slow publisher's subscription lost.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -181,10 +182,9 @@ class EventConsumer:
         it exists (then it goes on where it was)."""
         import coredis.exceptions
 
-        try:
+        # A group that exists goes on where it was.
+        with contextlib.suppress(coredis.exceptions.StreamDuplicateConsumerGroupError):
             await self._client.xgroup_create(self._key, self.group, start, mkstream=True)
-        except coredis.exceptions.StreamDuplicateConsumerGroupError:
-            pass  # it exists: it goes on where it was
 
     async def read(self, count: int = 100) -> list[StreamedEvent]:
         """The next events for this consumer (waiting up to ``block_ms`` for one)."""

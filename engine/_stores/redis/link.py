@@ -39,7 +39,8 @@ class RedisStatistics:
     """What the shared stores have counted so far.
 
     Attributes:
-        up: Redis answered the last call (or the last probe).
+        up: Redis answered the last call (or the last probe), and what was written while it
+            was down has been sent.
         calls: calls sent to Redis.
         failures: calls that failed with an error (a refused or dropped connection, say).
         timeouts: calls that passed their deadline.
@@ -120,13 +121,19 @@ class RedisLink:
         self._down = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self.went_down_at: float | None = None
+        self._down_reason = ""
+        self._resyncing = False
 
     def key(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
 
     def report_to(self, publish: Callable[[Event], None]) -> None:
-        """Announce outages through ``publish`` (an engine's event hub)."""
+        """Announce outages through ``publish`` (an engine's event hub); an outage already
+        under way (Redis was down when the node started) is announced now."""
+        first = self._publish != publish  # each store hands the same hub: announce once
         self._publish = publish
+        if first and not self.up:
+            publish(self._fail_open("connect", self._down_reason))
 
     def on_resync(self, resync: Callable[[], Awaitable[None]], pending: Callable[[], int]) -> None:
         """Run ``resync`` when Redis returns; ``pending`` counts the writes it would send."""
@@ -136,7 +143,7 @@ class RedisLink:
     def statistics(self) -> RedisStatistics:
         c = self.counters
         return RedisStatistics(
-            up=self.up,
+            up=self.up and not self._resyncing,
             calls=c.calls,
             failures=c.failures,
             timeouts=c.timeouts,
@@ -206,16 +213,19 @@ class RedisLink:
             return
         self.up = False
         self.went_down_at = time.monotonic()
+        self._down_reason = reason
         self.counters.outages += 1
         self._down.set()
         if self._publish is not None:
-            self._publish(
-                FailOpen(
-                    operation=f"redis {operation}",
-                    what_failed="redis",
-                    reason=f"{reason}; serving from local stores until Redis answers again",
-                )
-            )
+            self._publish(self._fail_open(operation, reason))
+
+    @staticmethod
+    def _fail_open(operation: str, reason: str) -> FailOpen:
+        return FailOpen(
+            operation=f"redis {operation}",
+            what_failed="redis",
+            reason=f"{reason}; serving from local stores until Redis answers again",
+        )
 
     async def run_probe(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -231,8 +241,12 @@ class RedisLink:
             if answer is UNAVAILABLE:
                 continue
             self.up = True  # before resyncing: the resyncs' own calls must go through
+            self._resyncing = True
             self._down = trio.Event()
             self.counters.recoveries += 1
-            for resync in self._resyncs:
-                await resync()
+            try:
+                for resync in self._resyncs:
+                    await resync()
+            finally:
+                self._resyncing = False
             self.went_down_at = None

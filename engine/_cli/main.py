@@ -1,4 +1,4 @@
-"""The ``toolroute`` command: select, eval, route, demo and bench."""
+"""The ``toolroute`` command: select, eval, route, demo, bench and events."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .._core.evaluate import evaluate
 from .._core.recall.index import STRATEGIES, Progress
 from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
+from .events import add_events_command
 from .explaining import explanation_line
 from .gates import add_gate_options, gates_from, shortfalls
 from .inputs import (
@@ -155,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="stream the agent part's events as JSON lines"
     )
     demo.set_defaults(run=_run_demo)
+    add_events_command(commands)
     return parser
 
 

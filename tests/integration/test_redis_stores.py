@@ -206,3 +206,43 @@ async def test_a_bad_url_or_option_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config must be an EngineConfig"):
         async with open_redis_stores("redis://127.0.0.1:1", config={}):  # type: ignore[arg-type]
             pass
+
+
+async def test_the_events_command_prints_and_follows_every_nodes_events(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "toolroute", "events", "--redis", redis_server.url]
+    # A plain Popen: the follower runs beside the test, read from a worker thread.
+    follower = subprocess.Popen(  # noqa: ASYNC220
+        [*command, "--follow", "--from-start"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        async with open_nodes(redis_server.url, tmp_path, 2) as nodes:
+            for i, node in enumerate(nodes):
+                await node.engine.prepare_step("send an email", session=f"s{i}")
+        printed = await trio.to_thread.run_sync(
+            lambda: subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        )
+        lines = [json.loads(line) for line in printed.stdout.splitlines()]
+        steps = sorted(line["node"] for line in lines if line["type"] == "step.finished")
+        assert steps == ["node0", "node1"]
+        assert all(line["id"] and "time" in line for line in lines)
+        # The follower printed the same events as they came.
+        assert follower.stdout is not None
+        followed = []
+        with trio.fail_after(60):
+            while len(followed) < len(lines):
+                line = await trio.to_thread.run_sync(
+                    follower.stdout.readline, abandon_on_cancel=True
+                )
+                followed.append(json.loads(line))
+        assert followed == lines
+    finally:
+        follower.kill()
+        follower.wait()
+        if follower.stdout is not None:
+            follower.stdout.close()

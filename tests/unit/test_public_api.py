@@ -21,6 +21,7 @@ import toolroute.decisions
 import toolroute.evaluate
 import toolroute.events
 import toolroute.providers
+import toolroute.redis
 import toolroute.stores
 import toolroute.testing
 from toolroute._core.public import NoPublicConstructor, is_private_home
@@ -188,6 +189,15 @@ def public_names(module: object) -> set[str]:
     }
 
 
+REDIS = {
+    "EventConsumer",
+    "RedisStatistics",
+    "RedisStores",
+    "StreamedEvent",
+    "open_event_consumer",
+    "open_redis_stores",
+}
+
 PUBLIC_MODULES = [
     (toolroute, PUBLIC),
     (toolroute.config, CONFIG),
@@ -196,6 +206,7 @@ PUBLIC_MODULES = [
     (toolroute.decisions, DECISIONS),
     (toolroute.testing, TESTING),
     (toolroute.stores, STORES),
+    (toolroute.redis, REDIS),
     (toolroute.providers, PROVIDERS),
 ]
 
@@ -334,6 +345,10 @@ def _public_callables(module: types.ModuleType) -> Iterator[tuple[str, object]]:
 #: Diagnostic views of the index internals, read by the runtime and the benchmarks; a user
 #: never builds one. Listed so that a new private type in a public signature is a decision.
 PRIVATE_BY_DESIGN = {
+    # The shape of ``toolroute.Engine`` the shared stores need (the stores layer cannot
+    # import the runtime); callers pass an ``Engine``.
+    "RedisStores.attach: SharedEngine",
+    "RedisStores.update: SharedEngine",
     "Engine.index: RecallIndex",
     "ToolIndex.int8: Int8Index",
     "ToolIndex.keyword: KeywordIndex",

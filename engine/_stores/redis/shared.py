@@ -16,6 +16,7 @@ from ..._core.catalog.tool import Tool
 from ..._core.config import EngineConfig
 from ..._core.errors import ConfigError
 from ..._core.events import Event
+from ..._core.public import NoPublicConstructor
 from ..._core.stores import Stores
 from ..embedding_cache import EmbeddingCache
 from ..enrichment_cache import EnrichmentCache
@@ -61,13 +62,15 @@ class _SessionStore(_Reporting, RedisSessionStore):
     pass
 
 
-class RedisStores:
+class RedisStores(metaclass=NoPublicConstructor):
     """One node's view of the fleet's Redis (made by ``open_redis_stores``).
 
     Attributes:
         stores: the ``Stores`` to pass to ``open_engine``.
         node: this node's name in the event and catalogue streams.
     """
+
+    _way_in = "toolroute.redis.open_redis_stores(url)"
 
     def __init__(
         self,
@@ -181,7 +184,7 @@ async def open_shared_stores(
         link = RedisLink(
             client, namespace=namespace, deadline_s=deadline_s, probe_interval_s=probe_interval_s
         )
-        shared = RedisStores(
+        shared = RedisStores._create(
             link,
             node=node or default_node_name(),
             config=config,

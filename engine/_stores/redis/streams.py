@@ -28,6 +28,7 @@ import trio
 from ..._core.catalog.tool import Tool
 from ..._core.errors import ToolrouteError
 from ..._core.events import Event, from_json, to_json
+from ..._core.public import NoPublicConstructor
 from .link import UNAVAILABLE, RedisLink
 
 if TYPE_CHECKING:
@@ -153,13 +154,15 @@ class StreamedEvent:
     event: Event
 
 
-class EventConsumer:
+class EventConsumer(metaclass=NoPublicConstructor):
     """Reads the fleet's events through a consumer group (see the module docstring).
 
     Iterating yields ``StreamedEvent``s; the previous one is acknowledged when the next is
     asked for. Entries that do not hold a readable event are acknowledged and counted in
     ``unreadable``.
     """
+
+    _way_in = "toolroute.redis.open_event_consumer(url, group=..., consumer=...)"
 
     def __init__(
         self,

@@ -82,7 +82,7 @@ async def timed_step(engine: object, text: str, session: str, **options: object)
 async def test_a_node_starts_with_redis_down_and_shares_once_it_is_up(tmp_path: Path) -> None:
     server = RedisServer(tmp_path)  # not started yet
     try:
-        async with open_nodes(server.url, tmp_path / "a", 1) as [node]:
+        async with open_nodes(server.url, tmp_path / "a", 1, deadline_s=0.1) as [node]:
             stats = node.shared.statistics()
             assert not stats.up
             assert stats.outages == 1
@@ -105,7 +105,7 @@ async def test_a_node_starts_with_redis_down_and_shares_once_it_is_up(tmp_path: 
 async def test_a_slow_redis_costs_a_step_at_most_the_deadline(
     proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    async with open_nodes(proxy.url, tmp_path, 1) as [node]:
+    async with open_nodes(proxy.url, tmp_path, 1, deadline_s=0.1) as [node]:
         assert await timed_step(node.engine, "send an email", "s") < LOOSE_S
         proxy.delay_s = 5.0  # each answer comes 5 s late
         async with node.engine.subscribe() as deliveries:
@@ -124,7 +124,7 @@ async def test_a_slow_redis_costs_a_step_at_most_the_deadline(
 
 async def test_a_swallowing_redis_never_holds_a_step(proxy: FaultProxy, tmp_path: Path) -> None:
     # Accepts and never answers: the worst case for a client without deadlines.
-    async with open_nodes(proxy.url, tmp_path, 1) as [node]:
+    async with open_nodes(proxy.url, tmp_path, 1, deadline_s=0.1) as [node]:
         proxy.swallow = True
         async with trio.open_nursery() as nursery:
             latencies: list[float] = []
@@ -143,7 +143,7 @@ async def test_dropped_connections_fail_open_and_what_was_written_goes_back(
     proxy: FaultProxy, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     async with (
-        open_nodes(proxy.url, tmp_path / "a", 1) as [flaky],
+        open_nodes(proxy.url, tmp_path / "a", 1, deadline_s=0.1) as [flaky],
         open_nodes(redis_server.url, tmp_path / "b", 1) as [steady],
     ):
         proxy.drop(refuse=True)
@@ -165,7 +165,7 @@ async def test_a_copy_older_than_another_nodes_change_is_dropped_and_counted(
     proxy: FaultProxy, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     async with (
-        open_nodes(proxy.url, tmp_path / "a", 1) as [flaky],
+        open_nodes(proxy.url, tmp_path / "a", 1, deadline_s=0.1) as [flaky],
         open_nodes(redis_server.url, tmp_path / "b", 1) as [steady],
     ):
         await timed_step(flaky.engine, "book a flight", "trip")  # both know version 1
@@ -182,7 +182,7 @@ async def test_a_copy_older_than_another_nodes_change_is_dropped_and_counted(
 async def test_redis_restarted_mid_run_no_step_fails_and_nodes_share_again(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    async with open_nodes(redis_server.url, tmp_path, 2) as [a, b]:
+    async with open_nodes(redis_server.url, tmp_path, 2, deadline_s=0.1) as [a, b]:
         latencies = [await timed_step(a.engine, "send an email", "s1")]
         redis_server.stop()
         for i in range(10):

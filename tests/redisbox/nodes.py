@@ -60,7 +60,11 @@ async def open_nodes(
     sections: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> AsyncIterator[list[Node]]:
-    """``count`` nodes over the Redis at ``url``, each attached (events out, catalogue in)."""
+    """``count`` nodes over the Redis at ``url``, each attached (events out, catalogue in).
+
+    The link's deadline is 1 s unless given: a test that is not about a slow Redis must not
+    see an outage because the shared machine paused a process."""
+    options.setdefault("deadline_s", 1.0)
     async with AsyncExitStack() as stack:
         nodes = []
         for i in range(count):

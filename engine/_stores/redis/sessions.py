@@ -177,7 +177,8 @@ class RedisSessionStore:
             entry.holders -= 1
             if not entry.holders:  # the last holder on this node lets go
                 del self._held[session]
-                with trio.move_on_after(self._link.deadline_s, shield=True):
+                # Twice the deadline: the write's own deadline ends it first, and counts it.
+                with trio.move_on_after(2 * self._link.deadline_s, shield=True):
                     await self._give_back(session, entry)
 
     def update_nowait(self, session: str, change: Callable[[SessionState], None]) -> None:

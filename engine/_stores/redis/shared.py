@@ -132,8 +132,13 @@ class RedisStores(metaclass=NoPublicConstructor):
             try:
                 yield
             finally:
+                # The events of the block's last steps are sent before it ends (bounded:
+                # each send has its deadline, and the wait a few of them).
+                self._events.stop()
+                with trio.move_on_after(4 * self._link.deadline_s, shield=True):
+                    await self._events.stopped.wait()
                 nursery.cancel_scope.cancel("shared stores detached")
-                await self._events.close()
+                self._events.close()
 
     async def update(
         self,

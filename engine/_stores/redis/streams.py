@@ -87,6 +87,9 @@ class EventPublisher:
         self._backlog: deque[dict[str, str]] = deque()
         self._limit = backlog
         self.pending = lambda: len(self._backlog)
+        self._stop = False
+        self._waiting = trio.CancelScope()
+        self.stopped = trio.Event()
 
     async def run(
         self,
@@ -95,32 +98,51 @@ class EventPublisher:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Publish every delivery (``toolroute.events.Delivery``: an event and how many were
-        lost before it) until the subscription ends."""
+        lost before it) until ``stop`` (then what the subscription holds is sent too) or the
+        subscription ends."""
+        self._stop = False
+        self.stopped = trio.Event()
         task_status.started()
-        counters = self._link.counters
         try:
-            async for delivery in deliveries:
-                counters.events_dropped += delivery.dropped
-                self._keep({"node": self._node, "event": to_json(delivery.event)})
-                # Whatever else arrived meanwhile goes in the same pipeline.
-                while len(self._backlog) < BATCH:
+            while True:
+                # Only the wait for the next event is cut short by ``stop``, never a send.
+                with trio.CancelScope() as self._waiting:
+                    if self._stop:
+                        self._waiting.cancel()
                     try:
-                        more = deliveries.receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    counters.events_dropped += more.dropped
-                    self._keep({"node": self._node, "event": to_json(more.event)})
+                        first = await deliveries.receive()
+                    except (trio.EndOfChannel, trio.ClosedResourceError):
+                        return
+                    self._take(first)
+                if self._stop:
+                    self._drain(deliveries)
+                    await self.flush()
+                    return
+                self._drain(deliveries, BATCH)  # what else came goes in the same pipeline
                 await self.flush()
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            pass  # the engine closed or the subscription ended: ``close`` sends the rest
+        finally:
+            self.stopped.set()
 
-    async def close(self) -> None:
-        """Send what is left (within one deadline); what Redis does not take is dropped,
-        and counted."""
-        with trio.move_on_after(self._link.deadline_s, shield=True):
-            await self.flush()
+    def stop(self) -> None:
+        """Finish: send what the subscription holds and return."""
+        self._stop = True
+        self._waiting.cancel()
+
+    def close(self) -> None:
+        """Count what never reached Redis as dropped (the node is leaving)."""
         self._link.counters.events_dropped += len(self._backlog)
         self._backlog.clear()
+
+    def _take(self, delivery: Any) -> None:
+        self._link.counters.events_dropped += delivery.dropped
+        self._keep({"node": self._node, "event": to_json(delivery.event)})
+
+    def _drain(self, deliveries: trio.MemoryReceiveChannel[Any], most: int | None = None) -> None:
+        while most is None or len(self._backlog) < most:
+            try:
+                self._take(deliveries.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
 
     async def flush(self) -> None:
         """Send the backlog, oldest first, while Redis takes it."""

@@ -88,6 +88,7 @@ class EventPublisher:
         self._limit = backlog
         self.pending = lambda: len(self._backlog)
         self._stop = False
+        self._sending = trio.Lock()
         self._waiting = trio.CancelScope()
         self.stopped = trio.Event()
 
@@ -145,14 +146,16 @@ class EventPublisher:
                 return
 
     async def flush(self) -> None:
-        """Send the backlog, oldest first, while Redis takes it."""
-        while self._backlog and self._link.up:
-            batch = [self._backlog[i] for i in range(min(BATCH, len(self._backlog)))]
-            if not await _send_all(self._link, self._key, batch, self._maxlen):
-                return
-            for _ in batch:
-                self._backlog.popleft()
-            self._link.counters.events_published += len(batch)
+        """Send the backlog, oldest first, while Redis takes it (the publisher and the
+        link's resync may both ask: one sends at a time, so nothing goes twice)."""
+        async with self._sending:
+            while self._backlog and self._link.up:
+                batch = [self._backlog[i] for i in range(min(BATCH, len(self._backlog)))]
+                if not await _send_all(self._link, self._key, batch, self._maxlen):
+                    return
+                for _ in batch:
+                    self._backlog.popleft()
+                self._link.counters.events_published += len(batch)
 
     def _keep(self, fields: dict[str, str]) -> None:
         self._backlog.append(fields)

@@ -19,7 +19,7 @@ import coredis.exceptions
 
 from toolroute._core.events import Event, FailOpen
 from toolroute._stores.redis.caches import RedisEmbeddingStore
-from toolroute._stores.redis.link import UNAVAILABLE, RedisLink
+from toolroute._stores.redis.link import DOWN_AFTER, UNAVAILABLE, RedisLink
 
 
 class ScriptedRedis:
@@ -74,6 +74,12 @@ async def test_a_hung_call_ends_at_its_deadline_and_later_calls_do_not_wait(
     start = trio.current_time()
     assert await link.call("read", lambda c: c.ping()) is UNAVAILABLE
     assert trio.current_time() - start == pytest.approx(0.1)
+    # One late answer is not an outage (a busy node); DOWN_AFTER in a row is.
+    assert link.up
+    assert not events
+    for _ in range(DOWN_AFTER - 1):
+        assert await link.call("read", lambda c: c.ping()) is UNAVAILABLE
+    assert trio.current_time() - start == pytest.approx(0.1 * DOWN_AFTER)
     # Down: the next calls answer at once, without touching the client.
     calls = client.calls
     before = trio.current_time()
@@ -82,7 +88,7 @@ async def test_a_hung_call_ends_at_its_deadline_and_later_calls_do_not_wait(
     assert trio.current_time() == before
     assert client.calls == calls
     stats = link.statistics()
-    assert (stats.up, stats.timeouts, stats.skipped, stats.outages) == (False, 1, 5, 1)
+    assert (stats.up, stats.timeouts, stats.skipped, stats.outages) == (False, DOWN_AFTER, 5, 1)
     [event] = events
     assert isinstance(event, FailOpen)
     assert event.what_failed == "redis"
@@ -96,10 +102,27 @@ async def test_a_refused_call_fails_open_at_once_and_is_counted(
     link = new_link(client, events)
     client.refuse = True
     start = trio.current_time()
-    assert await link.call("write", lambda c: c.ping()) is UNAVAILABLE
+    for _ in range(DOWN_AFTER):
+        assert await link.call("write", lambda c: c.ping()) is UNAVAILABLE
     assert trio.current_time() == start
-    assert link.statistics().failures == 1
+    assert link.statistics().failures == DOWN_AFTER
     assert "ConnectionError" in events[0].reason  # type: ignore[union-attr]
+
+
+async def test_an_answer_between_misses_keeps_the_link_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedRedis(), []
+    link = new_link(client, events)
+    for _ in range(10):
+        client.refuse = True
+        for _ in range(DOWN_AFTER - 1):
+            assert await link.call("write", lambda c: c.ping()) is UNAVAILABLE
+        client.refuse = False
+        assert await link.call("write", lambda c: c.ping()) == b"PONG"
+    assert link.up
+    assert link.statistics().outages == 0
+    assert not events
 
 
 async def test_the_probe_brings_the_link_back_and_runs_the_resyncs(
@@ -118,7 +141,8 @@ async def test_the_probe_brings_the_link_back_and_runs_the_resyncs(
     async with trio.open_nursery() as nursery:
         await nursery.start(link.run_probe)
         client.refuse = True
-        await link.call("read", lambda c: c.ping())
+        for _ in range(DOWN_AFTER):
+            await link.call("read", lambda c: c.ping())
         await trio.sleep(2.0)  # four probes, all refused
         assert not link.up
         assert not resynced
@@ -129,7 +153,8 @@ async def test_the_probe_brings_the_link_back_and_runs_the_resyncs(
         assert link.statistics().recoveries == 1
         # A second outage is announced again, and recovers again.
         client.hang = True
-        await link.call("read", lambda c: c.ping())
+        for _ in range(DOWN_AFTER):
+            await link.call("read", lambda c: c.ping())
         client.hang = False
         await trio.sleep(0.6)
         assert link.up
@@ -147,6 +172,8 @@ async def test_a_write_redis_missed_waits_and_goes_out_on_recovery() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(link.run_probe)
         client.refuse = True
+        for _ in range(DOWN_AFTER):
+            await link.call("read", lambda c: c.ping())
         await trio.to_thread.run_sync(store.put_many, "model", ["a", "b", "c"], vectors)
         assert link.statistics().writes_pending == 3
         got, found = await trio.to_thread.run_sync(store.get_many, "model", 4, ["a", "b"])

@@ -110,13 +110,21 @@ async def test_a_slow_redis_costs_a_step_at_most_the_deadline(
         proxy.delay_s = 5.0  # each answer comes 5 s late
         async with node.engine.subscribe() as deliveries:
             latencies = [await timed_step(node.engine, "send an email", "s") for _ in range(5)]
-            event = deliveries.receive_nowait().event
+            events = []
+            while True:
+                try:
+                    events.append(deliveries.receive_nowait().event)
+                except trio.WouldBlock:
+                    break
         assert max(latencies) < LOOSE_S
-        assert isinstance(event, FailOpen)
-        assert "no answer within 0.1 s" in event.reason
+        [event] = [e for e in events if isinstance(e, FailOpen)]
+        # Late answers, or a connection that could not open in time: either way, said so.
+        assert event.what_failed == "redis"
+        assert event.reason.endswith("serving from local stores until Redis answers again")
         stats = node.shared.statistics()
         assert stats.timeouts >= 1
-        assert stats.skipped >= 4  # once down, the later steps did not wait at all
+        assert stats.outages == 1
+        assert stats.skipped >= 1  # once down, the later steps did not wait at all
         proxy.heal()
         await wait_until_up(node.shared)
         assert node.shared.statistics().recoveries == 1

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+#: Calls missed (late or failed) in a row after which the link is down.
+DOWN_AFTER: Final = 3
+
+
 class _Unavailable(enum.Enum):
     UNAVAILABLE = "unavailable"
 
@@ -123,6 +127,7 @@ class RedisLink:
         self.went_down_at: float | None = None
         self._down_reason = ""
         self._resyncing = False
+        self._in_a_row = 0  # calls missed in a row
 
     def key(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
@@ -185,14 +190,23 @@ class RedisLink:
         self.counters.calls += 1
         with trio.move_on_after(deadline_s):
             try:
-                return await fn(self.client)
+                answer = await fn(self.client)
             except (coredis.exceptions.RedisError, OSError) as exc:
                 self.counters.failures += 1
-                self._went_down(operation, f"{type(exc).__name__}: {exc}")
+                self._missed(operation, f"{type(exc).__name__}: {exc}")
                 return UNAVAILABLE
+            self._in_a_row = 0
+            return answer
         self.counters.timeouts += 1
-        self._went_down(operation, f"no answer within {deadline_s} s")
+        self._missed(operation, f"no answer within {deadline_s} s")
         return UNAVAILABLE
+
+    def _missed(self, operation: str, reason: str) -> None:
+        # One late answer on a busy node is not an outage: the call failed open by itself.
+        # ``DOWN_AFTER`` in a row is, and then no call waits on Redis until the probe says.
+        self._in_a_row += 1
+        if self._in_a_row >= DOWN_AFTER:
+            self._went_down(operation, reason)
 
     def call_from_thread(
         self, operation: str, fn: Callable[[coredis.Redis[bytes]], Awaitable[T]]
@@ -240,6 +254,7 @@ class RedisLink:
             answer = await self._attempt("ping", lambda client: client.ping(), self.deadline_s)
             if answer is UNAVAILABLE:
                 continue
+            self._in_a_row = 0
             self.up = True  # before resyncing: the resyncs' own calls must go through
             self._resyncing = True
             self._down = trio.Event()

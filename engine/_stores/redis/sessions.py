@@ -18,6 +18,7 @@ that node's state is the newer).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -96,10 +97,12 @@ class _Held:
 
 @attrs.frozen
 class _Copy:
-    """A session written while Redis was down: sent back on recovery."""
+    """A session written while Redis was down: sent back on recovery (under the lease it
+    was read with, if the node still holds it)."""
 
     payload: str
     version: int
+    token: str | None = None
 
 
 class RedisSessionStore:
@@ -140,6 +143,7 @@ class RedisSessionStore:
         self._updates_in, self._updates_out = trio.open_memory_channel[
             tuple[str, Callable[[SessionState], None]]
         ](UPDATE_QUEUE)
+        self._retries_in, self._retries_out = trio.open_memory_channel[str](UPDATE_QUEUE)
         link.on_resync(self._resync, lambda: len(self._copies))
 
     def __len__(self) -> int:
@@ -228,14 +232,23 @@ class RedisSessionStore:
             self._link.counters.lock_timeouts += 1
 
     def _read(self, session: str, entry: _Held, record: bytes) -> None:
-        if not record:  # unknown to the fleet (new, or expired): this node's copy is fresh too
+        decoded = _decode(record) if record else None
+        if record and decoded is None:
+            return  # unreadable: keep the local copy; the write replaces the record
+        version = decoded[1] if decoded is not None else 0
+        copy = self._copies.pop(session, None)
+        if copy is not None and copy.version == version:
+            # A step here whose write Redis missed, and nobody changed the session since:
+            # that step's state is the newest.
+            decoded = _decode(copy.payload.encode())
+            self._link.counters.writes_resynced += 1
+        elif copy is not None:
+            self._link.counters.writes_dropped += 1  # another node's state is newer
+        if decoded is None:  # unknown to the fleet (new, or expired): fresh here too
             entry.state = SessionState(last_seen=self._clock())
             entry.version = 0
             return
-        decoded = _decode(record)
-        if decoded is None:
-            return  # unreadable: keep the local copy; the write replaces the record
-        state, version, routing = decoded
+        state, _, routing = decoded
         state.last_seen = self._clock()
         entry.state, entry.version, entry.routing = state, version, routing
 
@@ -255,9 +268,13 @@ class RedisSessionStore:
                 [entry.token, payload, self._ttl_ms],
             ),
         )
-        if reply is UNAVAILABLE:
-            self._copies[session] = _Copy(payload, entry.version)
+        if reply is UNAVAILABLE:  # the lease stays taken: a retry writes and releases it
+            self._copies[session] = _Copy(payload, entry.version, entry.token)
             self._versions[session] = entry.version
+            if self._link.up:  # a missed call, not an outage: retry soon, not at recovery
+                # A full queue: the copy stays for the next hold or the next recovery.
+                with contextlib.suppress(trio.WouldBlock):
+                    self._retries_in.send_nowait(session)
         elif int(reply):
             self._versions[session] = entry.version + 1
             self._copies.pop(session, None)
@@ -272,24 +289,50 @@ class RedisSessionStore:
         mine.sticky_servers, mine.last_seen = dict(state.sticky_servers), state.last_seen
 
     async def _resync(self) -> None:
-        copies, self._copies = self._copies, {}
-        for session, copy in copies.items():
-            reply: Any = await self._link.call(
+        for session in list(self._copies):
+            if await self._resync_one(session) is UNAVAILABLE:
+                return  # down again: the rest waits for the next recovery
+
+    async def _resync_one(self, session: str) -> object:
+        """Send ``session``'s copy: under its lease if still ours, else if nobody changed
+        the session since the copy's version (otherwise it is dropped, and counted)."""
+        copy = self._copies.pop(session, None)
+        if copy is None or session in self._held:
+            if copy is not None:
+                self._copies[session] = copy  # held again here: its next write supersedes it
+            return None
+        keys = [self._key(session, "lock"), self._key(session)]
+        reply: Any = 0
+        if copy.token is not None:
+            reply = await self._link.call(
                 "session resync",
-                _run(
-                    self._resync_script,
-                    [self._key(session, "lock"), self._key(session)],
-                    [copy.payload, self._ttl_ms, copy.version],
-                ),
+                _run(self._release, keys, [copy.token, copy.payload, self._ttl_ms]),
             )
-            if reply is UNAVAILABLE:
-                self._copies.update({k: v for k, v in copies.items() if k not in self._copies})
-                return
-            if int(reply):
-                self._link.counters.writes_resynced += 1
-                self._versions[session] = copy.version + 1
-            else:
-                self._link.counters.writes_dropped += 1
+        if reply is not UNAVAILABLE and not int(reply):
+            reply = await self._link.call(
+                "session resync",
+                _run(self._resync_script, keys, [copy.payload, self._ttl_ms, copy.version]),
+            )
+        if reply is UNAVAILABLE:
+            self._copies.setdefault(session, copy)
+            return UNAVAILABLE
+        if int(reply):
+            self._link.counters.writes_resynced += 1
+            self._versions[session] = copy.version + 1
+        else:
+            self._link.counters.writes_dropped += 1
+        return reply
+
+    async def run_retries(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Send again, shortly after, the session writes a call missed while Redis was up
+        (the session's lease is released then, so other nodes do not wait out the lease)."""
+        task_status.started()
+        async with self._retries_out:
+            async for session in self._retries_out:
+                await trio.sleep(self._link.deadline_s)
+                await self._resync_one(session)
 
     def _key(self, session: str, *suffix: str) -> str:
         return self._link.key("session", session, *suffix)

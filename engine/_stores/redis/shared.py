@@ -153,6 +153,14 @@ class RedisStores(metaclass=NoPublicConstructor):
         await self.catalog.publish(add, remove, replace)
 
 
+#: Connections opened before the stores serve.
+WARM_CONNECTIONS = 16
+
+
+async def _ping(client: Any) -> object:
+    return await client.ping()
+
+
 def default_node_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -202,8 +210,12 @@ async def open_shared_stores(
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(link.run_probe)
-            await link.call("connect", lambda c: c.ping())  # down from the start: the probe
+            # Open a few connections now, not under the first burst of steps' deadlines.
+            async with trio.open_nursery() as warming:
+                for _ in range(WARM_CONNECTIONS):
+                    warming.start_soon(link.call, "connect", _ping)
             await nursery.start(shared.sessions.run_updates)
+            await nursery.start(shared.sessions.run_retries)
             try:
                 yield shared
             finally:

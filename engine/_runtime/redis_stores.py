@@ -23,10 +23,10 @@ async def open_redis_stores(
     config: EngineConfig | None = None,
     namespace: str = "toolroute",
     node: str | None = None,
-    deadline_s: float = 0.1,
+    deadline_s: float = 0.25,
     probe_interval_s: float = 0.5,
-    lease_s: float = 10.0,
-    lock_wait_s: float = 1.0,
+    lease_s: float = 5.0,
+    lock_wait_s: float = 0.25,
     session_ttl_s: float | None = None,
     stream_maxlen: int = 100_000,
 ) -> AsyncIterator[RedisStores]:

@@ -153,7 +153,7 @@ async def outage(server: RedisServer, scratch: Path, sessions: int = 40) -> None
     phases: dict[str, list[float]] = {"before": [], "down": [], "after": []}
     failed = 0
     phase = "before"
-    async with open_nodes(server.url, scratch, 2, deadline_s=0.1) as nodes:
+    async with open_nodes(server.url, scratch, 2, deadline_s=0.25) as nodes:
 
         async def session(s: int) -> None:
             nonlocal failed

@@ -4,7 +4,7 @@ lines on stdin (one reply line on stdout per request).
     python replica.py REDIS_URL CACHE_DIR NODE_NAME [--local]
 
 ``--local`` runs the same engine with local stores only (the single-process reference);
-``REPLICA_DEADLINE_S`` in the environment sets the Redis deadline (0.1 s by default).
+``REPLICA_DEADLINE_S`` in the environment sets the Redis deadline (0.25 s, the default, otherwise).
 Requests: ``{"op": "steps", "items": [{"session", "messages", "force_sets",
 "release_sets"} ...]}`` (run concurrently; replies in order), ``{"op": "search", "session",
 "query"}``, ``{"op": "update", "add": [tool JSON], "remove": [ids]}``, ``{"op": "has",
@@ -104,7 +104,10 @@ async def main(url: str, directory: str, node: str, local: bool) -> None:
         return
     async with (
         open_redis_stores(
-            url, config=config, node=node, deadline_s=float(os.environ.get("REPLICA_DEADLINE_S", 0.1))
+            url,
+            config=config,
+            node=node,
+            deadline_s=float(os.environ.get("REPLICA_DEADLINE_S", 0.25)),
         ) as shared,
         open_engine(CATALOG, stores=shared.stores, **engine_options) as engine,
         shared.attach(engine),

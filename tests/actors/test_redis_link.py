@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
@@ -215,3 +217,33 @@ def test_a_vector_of_another_width_is_never_served() -> None:
     row = _vector(np.array([1, 2], dtype="<f4").tobytes(), 2)
     assert row is not None
     assert row.tolist() == [1.0, 2.0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(["ok", "refuse", "hang"]), min_size=1, max_size=30))
+def test_no_call_waits_past_its_deadline_and_the_link_is_down_exactly_after_misses_in_a_row(
+    script: list[str],
+) -> None:
+    async def run() -> None:
+        client, events = ScriptedRedis(), []
+        link = new_link(client, events)
+        in_a_row = 0
+        for step in script:
+            client.refuse, client.hang = step == "refuse", step == "hang"
+            was_up = link.up
+            start = trio.current_time()
+            answer = await link.call("op", lambda c: c.ping())
+            waited = trio.current_time() - start
+            assert waited <= 0.1 + 1e-9  # never past the deadline
+            if not was_up:
+                assert answer is UNAVAILABLE
+                assert waited == 0  # down: nothing waits on Redis
+                continue
+            in_a_row = 0 if step == "ok" else in_a_row + 1
+            assert (answer == b"PONG") == (step == "ok")
+            assert link.up == (in_a_row < DOWN_AFTER)
+        stats = link.statistics()
+        assert stats.outages == len(events)  # every outage announced, once
+        assert stats.calls + stats.skipped == len(script)
+
+    trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))

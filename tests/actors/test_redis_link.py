@@ -8,6 +8,8 @@ a real ``redis-server``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import trio
@@ -22,6 +24,8 @@ import coredis.exceptions
 from toolroute._core.events import Event, FailOpen
 from toolroute._stores.redis.caches import RedisEmbeddingStore
 from toolroute._stores.redis.link import DOWN_AFTER, UNAVAILABLE, RedisLink
+from toolroute._stores.redis.sessions import RedisSessionStore
+from toolroute._stores.sessions import MemorySessionStore
 
 
 class ScriptedRedis:
@@ -247,3 +251,65 @@ def test_no_call_waits_past_its_deadline_and_the_link_is_down_exactly_after_miss
         assert stats.calls + stats.skipped == len(script)
 
     trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+class ScriptedScripts(ScriptedRedis):
+    """Adds ``register_script``: the lease script answers "held by another node" while
+    ``busy``, and hangs while ``hang``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy = False
+
+    def register_script(self, text: str) -> Any:
+        async def run(keys: list[str], args: list[object]) -> Any:
+            await self._gate()
+            if "NX" in text:  # take the lease and read the record
+                return [0, b""] if self.busy else [1, b""]
+            return 1  # write and release
+
+        return run
+
+
+def session_store(client: ScriptedScripts, events: list[Event]) -> RedisSessionStore:
+    return RedisSessionStore(
+        new_link(client, events),
+        MemorySessionStore(),
+        ttl_s=60,
+        lease_s=5,
+        lock_wait_s=0.25,
+    )
+
+
+async def test_a_session_another_node_holds_is_waited_for_at_most_lock_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedScripts(), []
+    store = session_store(client, events)
+    client.busy = True
+    start = trio.current_time()
+    async with store.hold("s") as state:
+        assert trio.current_time() - start == pytest.approx(0.25, abs=0.01)
+        state.idle_steps = 7  # the step runs on this node's copy
+    stats = store._link.statistics()
+    assert (stats.lock_waits, stats.lock_timeouts) == (1, 1)
+    assert stats.up  # another node's step is not a Redis fault
+    assert stats.writes_pending == 1  # the copy waits to go back
+    client.busy = False
+    async with store.hold("s") as state:
+        assert state.idle_steps == 7  # nobody changed the session: this node's copy is newest
+    assert store._link.statistics().writes_pending == 0
+
+
+async def test_a_hung_redis_holds_a_session_step_at_most_one_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedScripts(), []
+    store = session_store(client, events)
+    client.hang = True
+    start = trio.current_time()
+    async with store.hold("s") as state:
+        state.force(["mail"])
+    assert trio.current_time() - start == pytest.approx(0.1)  # the take; no write was tried
+    async with store.hold("s") as state:  # the node's own copy carries the step's change
+        assert state.forced_sets == ("mail",)

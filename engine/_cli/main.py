@@ -1,4 +1,4 @@
-"""The ``toolroute`` command: select, eval, route, demo, bench, mcp and serve."""
+"""The ``toolroute`` command: select, eval, route, demo, bench, mcp, serve and events."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .._core.evaluate import evaluate
 from .._core.recall.index import STRATEGIES, Progress
 from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
+from .events import add_events_command
 from .explaining import explanation_line
 from .gates import add_gate_options, gates_from, shortfalls
 from .inputs import (
@@ -159,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_run_demo)
     add_mcp_command(commands)
     add_serve_command(commands)
+    add_events_command(commands)
     return parser
 
 

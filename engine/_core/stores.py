@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from .events import Event
 
 V = TypeVar("V")
 
@@ -176,6 +179,14 @@ class RoutingCache(Protocol[V]):
     def put(self, key: tuple[str, str], value: V, now: float) -> None:
         """Store ``value`` under ``key`` from ``now`` on."""
         ...
+
+
+@runtime_checkable
+class ReportsEvents(Protocol):
+    """A store with trouble of its own to report (a shared store whose server went away):
+    the engine hands it its event hub's ``publish`` when it starts."""
+
+    def report_to(self, publish: Callable[[Event], None]) -> None: ...
 
 
 @attrs.frozen(kw_only=True)

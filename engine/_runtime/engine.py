@@ -24,7 +24,7 @@ from .._core.protocols import BuildsFastTier, FastTierModel
 from .._core.recall.index import RecallIndex
 from .._core.select.arguments import served_catalog
 from .._core.select.toolsets import ToolSet
-from .._core.stores import Stores
+from .._core.stores import ReportsEvents, Stores
 from .._decisions.hosts import require_trio
 from .._stores.local import EngineStores, cache_directory, local_stores
 from .catalog_changes import checked_sets, dedupe_catalog, served
@@ -134,6 +134,11 @@ async def open_engine(
     hub = EventHub()
     workers = WorkerCalls(run_cpu)
     chosen = local_stores(config, stores)
+    # A capability of its own, not a kind of any store protocol.
+    given: tuple[object, ...] = (chosen.embeddings, chosen.enrichment, chosen.sessions)
+    for store in (*given, chosen.routing):
+        if isinstance(store, ReportsEvents):
+            store.report_to(hub.publish)  # a shared store's outage shows in the events
     body_error: BaseException | None = None
     try:
         dedup, failure = await dedupe_catalog(

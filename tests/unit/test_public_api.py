@@ -24,6 +24,7 @@ import toolroute.evaluate
 import toolroute.events
 import toolroute.prompt_cache
 import toolroute.providers
+import toolroute.redis
 import toolroute.stores
 import toolroute.testing
 import toolroute.tool_search
@@ -199,6 +200,15 @@ def public_names(module: object) -> set[str]:
     }
 
 
+REDIS = {
+    "EventConsumer",
+    "RedisStatistics",
+    "RedisStores",
+    "StreamedEvent",
+    "open_event_consumer",
+    "open_redis_stores",
+}
+
 PUBLIC_MODULES = [
     (toolroute, PUBLIC),
     (toolroute.config, CONFIG),
@@ -207,6 +217,7 @@ PUBLIC_MODULES = [
     (toolroute.decisions, DECISIONS),
     (toolroute.testing, TESTING),
     (toolroute.stores, STORES),
+    (toolroute.redis, REDIS),
     (toolroute.providers, PROVIDERS),
     (toolroute.tool_search, {"SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"}),
     (toolroute.prompt_cache, {"StickyPicks", "permitted_call", "restriction", "same_topic", "stable_order"}),
@@ -400,6 +411,10 @@ def _public_callables(module: types.ModuleType) -> Iterator[tuple[str, object]]:
 #: Diagnostic views of the index internals, read by the runtime and the benchmarks; a user
 #: never builds one. Listed so that a new private type in a public signature is a decision.
 PRIVATE_BY_DESIGN = {
+    # The shape of ``toolroute.Engine`` the shared stores need (the stores layer cannot
+    # import the runtime); callers pass an ``Engine``.
+    "RedisStores.attach: SharedEngine",
+    "RedisStores.update: SharedEngine",
     "Engine.index: RecallIndex",
     "ToolIndex.int8: Int8Index",
     "ToolIndex.keyword: KeywordIndex",

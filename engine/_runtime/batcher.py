@@ -159,6 +159,9 @@ async def run_batcher(
             batch = [m for m in batch if m.reply.statistics().open_receive_channels > 0]
             if batch:
                 await _serve(batch, embed_batch, run_cpu, limiter, load or BatcherLoad())
+            # Not held while the loop waits for the next request: a served batch's texts and
+            # reply channels would stay alive until then (up to ``max_batch`` of them).
+            del batch
     finally:
         # Whatever is left gets an EndOfChannel instead of a reply, so no caller hangs.
         for message in pending:

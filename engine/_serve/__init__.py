@@ -1,1 +1,1 @@
-"""``toolroute serve``: one engine behind an HTTP service (see ``docs/notes/serve.md``)."""
+"""``toolroute serve``: one engine behind an HTTP service (see ``docs/service.md``)."""

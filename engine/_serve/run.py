@@ -3,7 +3,7 @@
 Why trio and not the asyncio bridge: the engine is trio-native, and on the same machine the
 trio server answered ``select`` with less overhead than uvicorn with the guest-mode bridge,
 and than Hypercorn's trio worker (``tests/bench/bench_serve.py --compare``; the figures are
-in ``docs/notes/serve.md``).
+in ``docs/service.md``).
 """
 
 from __future__ import annotations

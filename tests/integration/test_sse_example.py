@@ -21,7 +21,7 @@ import pytest
 EXAMPLE = Path(__file__).parents[2] / "examples" / "sse_events.py"
 
 #: Loose bounds for a loaded 2-core machine; the figure the example promises (≤ 2 s for
-#: the shutdown) is printed by the test and measured in docs/notes/events.md.
+#: the shutdown) is printed by the test and measured in docs/engine.md.
 START_S = 60.0
 STOP_S = 15.0
 

@@ -2,7 +2,7 @@
 
 Each test pins one rule at its boundary, where a one-token change of the rule (``>=`` for
 ``>``, a dropped guard, a swapped order) gives another answer. The mutation check that finds
-such gaps is described in ``docs/notes/rules.md``.
+such gaps is described in ``docs/reliability.md`` (the mutation check).
 """
 
 from __future__ import annotations

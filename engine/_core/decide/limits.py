@@ -23,7 +23,7 @@ OVERSIZED_VALUE_FALLBACK_CHARS = 1_000_000
 #: deadline, and the pool's queue costs work on the event loop for every waiting request).
 #: 32, not httpx's 100: the pool's bookkeeping grows with the square of its connections on
 #: every request, and 200 concurrent routings through one decider answered more of their
-#: questions by the deadline with 32 in flight than with 64 or 100 (``docs/notes/decide.md``).
+#: questions by the deadline with 32 in flight than with 64 or 100 (``docs/benchmarks.md``, decisions under a burst).
 PROVIDER_CONNECTIONS = 32
 
 _SYMBOLS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")

@@ -45,13 +45,33 @@ def run_events(args: argparse.Namespace) -> int:
             f"--redis must be a redis://, rediss:// or unix:// URL, got {args.redis!r}"
         )
     try:
-        import coredis  # noqa: F401
+        import coredis
+        import coredis.exceptions
     except ImportError as exc:
         raise ConfigError("toolroute events needs coredis: pip install 'toolroute[redis]'") from exc
     import trio
 
-    trio.run(_print_events, args)
+    try:
+        trio.run(_print_events, args)
+    except Exception as exc:
+        failure = _connection_failure(exc, (OSError, coredis.exceptions.ConnectionError))
+        if failure is None:
+            raise
+        # Refused, unreachable, reset: one line naming the server, not a traceback.
+        raise ConfigError(f"cannot read events from {args.redis}: {failure}") from None
     return 0
+
+
+def _connection_failure(
+    exc: BaseException, kinds: tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """The connection error inside ``exc`` (the client raises it inside exception groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _connection_failure(inner, kinds)) is not None:
+                return found
+        return None
+    return exc if isinstance(exc, kinds) else None
 
 
 async def _print_events(args: argparse.Namespace) -> None:

@@ -246,3 +246,20 @@ async def test_the_events_command_prints_and_follows_every_nodes_events(
         follower.wait()
         if follower.stdout is not None:
             follower.stdout.close()
+
+
+def test_the_events_command_names_a_server_it_cannot_reach() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "toolroute", "events", "--redis", "redis://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "toolroute: error: cannot read events from redis://127.0.0.1:1:"
+        " Unable to establish a connection to 127.0.0.1:1"
+    ]

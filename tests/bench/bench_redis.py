@@ -20,6 +20,7 @@ nodes share again after the restart.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -102,6 +103,9 @@ def hop_plan(sessions: int, steps: int) -> list[list[dict[str, Any]]]:
 def hop(server: RedisServer, sessions: int = 100, steps: int = 6) -> None:
     print(f"== hop: {sessions} sessions x {steps} steps, 3 replica processes vs one process")
     with tempfile.TemporaryDirectory() as scratch:
+        # The engine's defaults (the replicas' own default is lenient, for tests).
+        os.environ.setdefault("REPLICA_DEADLINE_S", "0.25")
+        os.environ.setdefault("REPLICA_LOCK_WAIT_S", "0.25")
         replicas = [Replica(server.url, Path(scratch) / f"r{i}", f"r{i}") for i in range(3)]
         single = Replica(server.url, Path(scratch) / "single", "single", local=True)
         try:

@@ -73,6 +73,11 @@ class QueryBatcher:
         #: Texts outstanding and the measured model time per text (the load ladder reads it).
         self.load = BatcherLoad()
 
+    @property
+    def max_batch(self) -> int:
+        """Texts per model call at most."""
+        return self._max_batch
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until closed; each (re)start opens a fresh inbox."""
         send, receive = trio.open_memory_channel[Embed](self._max_batch * 4)

@@ -287,6 +287,7 @@ class Recall:
             predicted_wait_s=load.predicted_wait(),
             budget_s=self._budget,
             fast_tier_ready=self._fast_tier_usable(),
+            first_wave=self._batcher.max_batch,
         )
         if step.rung is Rung.QUERY_CACHE:
             self._answers["full"] += 1

@@ -395,3 +395,21 @@ async def test_the_loop_time_is_measured_from_the_vector_to_the_finished_request
         assert harness.recall.loop_time.seconds == pytest.approx(0.02)
         harness.recall.finished()  # once per request: a second call measures nothing
         assert harness.recall.loop_time.seconds == pytest.approx(0.02)
+
+
+async def test_a_new_engines_first_burst_waits_for_the_model_only_with_its_first_wave(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Nothing measured yet: one model batch (4 texts) waits for the model; the rest of the
+    # burst is answered by the ready fast tier at once instead of waiting out the deadline.
+    model = ScriptedEmbedder(delay=0.05, max_batch=4)
+    async with ladder(model, ScriptedFastTier(served=500)) as harness:
+        while not harness.recall.statistics().fast_tier_ready:  # noqa: ASYNC110 (opens in the background)
+            await trio.sleep(0.01)
+        results = await burst(harness, QUERIES)
+    waited = [w for o, _, w in results if o is Outcome.APPLIED]
+    at_once = [(r, w) for _, r, w in results if r.startswith("fast tier: full model busy (not")]
+    assert len(waited) == 4
+    assert len(at_once) == len(QUERIES) - 4
+    assert all(w == 0 for _, w in at_once)
+    assert "a first wave of 4" in at_once[0][0]

@@ -42,22 +42,33 @@ def test_a_predicted_wait_past_the_budget_goes_to_a_ready_fast_tier_at_once() ->
 
 @given(
     outstanding=st.integers(0, 1000),
-    predicted=seconds,
+    predicted=seconds | st.just(0.0),
     budget=seconds,
     ready=st.booleans(),
+    wave=st.integers(0, 64),
 )
 def test_the_first_rung_is_the_fast_tier_only_when_it_is_ready_and_the_model_is_busy(
-    outstanding: int, predicted: float, budget: float, ready: bool
+    outstanding: int, predicted: float, budget: float, ready: bool, wave: int
 ) -> None:
     step = first_rung(cached=False, outstanding=outstanding, predicted_wait_s=predicted,
-                      budget_s=budget, fast_tier_ready=ready)  # fmt: skip
-    if outstanding == 0 or not ready or predicted <= budget:
+                      budget_s=budget, fast_tier_ready=ready, first_wave=wave)  # fmt: skip
+    past_wave = predicted == 0 and 0 < wave <= outstanding  # unmeasured: one batch waits
+    if outstanding == 0 or not ready or (predicted <= budget and not past_wave):
         # A lone caller always reaches the model (and measures it again).
         assert step == Step(rung=Rung.FULL_TIER)
     else:
         assert step.rung is Rung.FAST_TIER
         assert step.reason.startswith("full model busy")
     assert step.rung is not Rung.KEYWORD_ONLY  # nothing is given up before it is tried
+
+
+def test_before_the_model_is_measured_only_a_first_wave_waits_for_it() -> None:
+    def rung(outstanding: int) -> Rung:
+        return first_rung(cached=False, outstanding=outstanding, predicted_wait_s=0.0,
+                          budget_s=0.125, fast_tier_ready=True, first_wave=16).rung  # fmt: skip
+
+    assert [rung(n) for n in (0, 1, 15)] == [Rung.FULL_TIER] * 3
+    assert [rung(n) for n in (16, 199)] == [Rung.FAST_TIER] * 2
 
 
 def test_the_full_tier_reasons() -> None:

@@ -44,22 +44,33 @@ def first_rung(
     predicted_wait_s: float,
     budget_s: float,
     fast_tier_ready: bool,
+    first_wave: int = 0,
 ) -> Step:
     """The rung a request tries first.
 
     A cached vector answers at once. A request that finds the model idle (nothing
     outstanding) always goes to it: a lone caller gets the full tier, and the model's time
     is measured again, so one slow call cannot pin the ladder down. Otherwise a predicted
-    wait past the budget sends it to a ready fast tier at once.
+    wait past the budget sends it to a ready fast tier at once. Before the model's time is
+    measured (``predicted_wait_s`` 0), a new engine's first burst would all queue for it:
+    past the first ``first_wave`` requests (one model batch; 0: no limit) the rest go to a
+    ready fast tier at once instead of waiting out the deadline.
     """
     if cached:
         return Step(rung=Rung.QUERY_CACHE)
-    if outstanding and predicted_wait_s > budget_s and fast_tier_ready:
-        busy = (
-            f"full model busy (predicted wait {predicted_wait_s * 1000:.0f} ms"
-            f" > {budget_s * 1000:.0f} ms)"
-        )
-        return Step(rung=Rung.FAST_TIER, reason=busy)
+    if outstanding and fast_tier_ready:
+        if predicted_wait_s > budget_s:
+            busy = (
+                f"full model busy (predicted wait {predicted_wait_s * 1000:.0f} ms"
+                f" > {budget_s * 1000:.0f} ms)"
+            )
+            return Step(rung=Rung.FAST_TIER, reason=busy)
+        if predicted_wait_s == 0 and 0 < first_wave <= outstanding:
+            wave = (
+                f"full model busy (not measured yet; {outstanding} requests ahead,"
+                f" a first wave of {first_wave})"
+            )
+            return Step(rung=Rung.FAST_TIER, reason=wave)
     return Step(rung=Rung.FULL_TIER)
 
 

@@ -90,3 +90,38 @@ def test_a_reader_that_never_falls_behind_gets_no_notice() -> None:
     got = run_in_virtual_time([("publish", 3), ("read", 3), ("sleep", 0.2)], buffer=4)
     assert [d.dropped for d in got] == [0, 0, 0]
     assert not any(isinstance(d.event, EventsDropped) for d in got)
+
+
+def test_a_reader_that_made_room_learns_the_losses_before_it_reaches_the_notice() -> None:
+    # Four events fill the buffer; the fifth is lost and told at once by the notice in the
+    # spare slot; three more are lost behind that unread notice. The reader then reads one
+    # event: the room it made carries the count of three, so a reader that is slowly
+    # working through its backlog does not wait until it reaches the first notice.
+    async def main() -> tuple[list[Delivery], list[Delivery]]:
+        hub = EventHub()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hub.run)
+            async with hub.subscribe(buffer=4) as deliveries:
+                for done in range(8):
+                    hub.publish(WarmupProgress(done=done, total=0, time=0.0))
+                await trio.sleep(0.03)
+                first = [deliveries.receive_nowait()]
+                await trio.sleep(0.07)  # 100 ms after the losses
+                rest = []
+                while True:
+                    try:
+                        rest.append(deliveries.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+            nursery.cancel_scope.cancel()
+        return first, rest
+
+    first, rest = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [d.event.done for d in first] == [0]  # type: ignore[union-attr]
+    assert [(type(d.event), d.dropped) for d in rest] == [
+        (WarmupProgress, 0),
+        (WarmupProgress, 0),
+        (WarmupProgress, 0),
+        (EventsDropped, 1),
+        (EventsDropped, 3),
+    ]

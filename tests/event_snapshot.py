@@ -7,24 +7,14 @@ skipping anything else would hide the event the test is about.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import trio
 
 from toolroute.events import Delivery, SubscriptionStarted
 
 
 def skip_snapshot(deliveries: trio.MemoryReceiveChannel[Delivery]) -> SubscriptionStarted:
-    """Take the snapshot a trio subscription holds from the moment it is entered."""
-    return _snapshot(deliveries.receive_nowait())
-
-
-async def skip_snapshot_async(deliveries: AsyncIterator[Delivery]) -> SubscriptionStarted:
-    """Take the snapshot that begins a ``toolroute.asyncio`` subscription."""
-    return _snapshot(await anext(deliveries))
-
-
-def _snapshot(first: Delivery) -> SubscriptionStarted:
+    """Take the snapshot a subscription holds from the moment it is entered."""
+    first = deliveries.receive_nowait()
     if not isinstance(first.event, SubscriptionStarted):
         raise AssertionError(f"expected subscription.started first, got {first.event.type}")
     return first.event

@@ -387,9 +387,10 @@ class AsyncioEngine:
         self.engine.release_sets(session, names)
 
     def subscribe(
-        self, buffer: int | None = None, *, snapshot: bool = False
+        self, buffer: int | None = None, *, snapshot: bool = True
     ) -> AbstractAsyncContextManager[AsyncIterator[Delivery]]:
-        """As ``Engine.subscribe``, from asyncio::
+        """As ``Engine.subscribe``, from asyncio (the first delivery is the
+        ``subscription.started`` snapshot unless ``snapshot=False``)::
 
             async with engine.subscribe(buffer=64) as deliveries:
                 async for delivery in deliveries:

@@ -179,22 +179,22 @@ class Engine(metaclass=NoPublicConstructor):
             await self._learning.ready()  # the catalogue's example requests, embedded
 
     def subscribe(
-        self, buffer: int | None = None, *, snapshot: bool = False
+        self, buffer: int | None = None, *, snapshot: bool = True
     ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[Delivery]]:
         """Receive the engine's events, as ``Delivery(event, dropped)`` items.
 
-        With ``snapshot=True`` the first delivery is a ``subscription.started`` event
-        holding the engine's state as the subscription began (warm-up, catalogue version,
-        tool count, fast tier); every later event is a change from it. Events of a public
-        call carry its ``request_id`` (and ``session``), as its result does.
+        The first delivery is a ``subscription.started`` event holding the engine's state
+        as the subscription began (warm-up, catalogue version, tool count, fast tier);
+        every later event is a change from it. Events of a public call carry its
+        ``request_id`` (and ``session``), as its result does.
 
         Args:
             buffer: events this subscriber may fall behind by before it loses them
                 (counted in the next delivery's ``dropped``, and reported within 100 ms by
                 an ``events.dropped`` delivery even when nothing else is published);
                 ``config.events.buffer`` when not given.
-            snapshot: ``True`` to receive the ``subscription.started`` delivery first (off by
-                default, so code written for the deliveries before it reads what it did).
+            snapshot: ``False`` to skip the ``subscription.started`` delivery (for a
+                consumer that only forwards changes, such as a shared event stream).
 
         Returns:
             An async context manager yielding an async iterator of deliveries; it ends after

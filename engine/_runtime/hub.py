@@ -10,8 +10,8 @@ A subscriber that stops hearing from the engine must still learn that it lost ev
 each channel holds one slot more than the subscriber's buffer, for an ``events.dropped``
 notice: ``publish`` sends one the moment it loses an event, and when the last notice is
 still unread the hub's reporter (:meth:`EventHub.run`) sends the rest within
-``LOSS_REPORT_S`` of the subscriber reading it, whether or not anything else is
-published. Events published
+``LOSS_REPORT_S`` of the subscriber reading anything (the notice, or an event ahead of it),
+whether or not anything else is published. Events published
 inside a public call are stamped with its request id and session on the way in
 (``request_context.tagged``).
 """
@@ -82,9 +82,11 @@ class _Offered(enum.Enum):
 class _Subscriber:
     """One subscriber's channel and its loss bookkeeping.
 
-    The channel holds ``buffer`` events plus one ``events.dropped`` notice. At most one
-    notice is unread at a time, so notices never crowd events out: a subscriber that falls
-    behind still receives events, with the losses between them counted.
+    The channel holds ``buffer`` events plus one ``events.dropped`` notice, which ``publish``
+    sends at the first loss. Losses while that notice is unread are carried by the next
+    event that finds room or, if none is published, by a notice the reporter puts in the
+    room the reader made. The reporter sends at most one such notice per ``LOSS_REPORT_S``,
+    so notices take at most one event slot per interval from a subscriber behind.
     """
 
     send: trio.MemorySendChannel[Delivery]
@@ -126,14 +128,20 @@ class _Subscriber:
         return _Offered.LOST_REPORTED
 
     def report(self) -> bool:
-        """Send the pending count as a notice, unless one is unread; ``True`` when sent."""
+        """Send the pending count as a notice: in the spare slot, or, while the notice there
+        is still unread, in an event slot the reader has freed (it stays behind its
+        backlog otherwise: a slow reader would wait to reach that notice to learn of the
+        losses after it). ``True`` when sent or nothing was pending; ``False`` when every
+        slot is taken."""
         if self.pending_dropped == 0:
             return True
         used = self.send.statistics().current_buffer_used
-        if self.notice_unread(used):
+        unread = self.notice_unread(used)
+        if unread and used - unread >= self.buffer:
             return False
         count = self.pending_dropped
-        self.notice_at = self.sent
+        if not unread:
+            self.notice_at = self.sent  # this one holds the spare slot
         self.put(Delivery(event=EventsDropped(count=count), dropped=count))
         return True
 
@@ -192,10 +200,11 @@ class EventHub:
 
         ``publish`` sends a loss notice the moment it loses an event, unless the
         subscriber has not read the last notice yet; such losses wait here. Each
-        ``LOSS_REPORT_S`` the reporter sends them to every subscriber that has read its
-        notice since, until none is left, so a subscriber learns them within
-        ``LOSS_REPORT_S`` of reading even when nothing else is published. It sleeps on an
-        event while nothing is pending: an idle engine costs nothing.
+        ``LOSS_REPORT_S`` the reporter sends them to every subscriber that has room again
+        (it read the notice, or an event queued before it), until none is left, so a
+        subscriber learns them within ``LOSS_REPORT_S`` of reading even when nothing else
+        is published. It sleeps on an event while nothing is pending: an idle engine costs
+        nothing.
         """
         task_status.started()
         while True:

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import trio
+from event_snapshot import skip_snapshot
 
 from toolroute import Catalog, ConfigError, Outcome
 from toolroute._core.config import Deadlines, EngineConfig, SelectionDefaults, WarmupConfig
@@ -150,6 +151,7 @@ async def test_events_report_selections_without_the_query(
 ) -> None:
     async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
         async with engine.subscribe(buffer=8) as events:
+            skip_snapshot(events)
             await engine.select("secret plans for the weather")
             delivery = await events.__anext__()
         event = getattr(delivery, "event", delivery)
@@ -290,6 +292,7 @@ async def test_update_re_embeds_only_what_changed(autojump_clock: trio.testing.M
     ) as engine:
         embedder.calls.clear()
         async with engine.subscribe(buffer=8) as events:
+            skip_snapshot(events)
             await engine.update(
                 add=[Tool("play_music", "play_music", "Play a song or playlist")],
                 remove=["book_flight"],

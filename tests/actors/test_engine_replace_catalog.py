@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import trio
+from event_snapshot import skip_snapshot
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,6 +62,7 @@ async def test_replace_catalog_embeds_only_changed_tools_and_reports_the_differe
     async with open_engine(TOOLS, config=CONFIG, embedder=embedder, run_cpu=inline_cpu) as engine:
         embedder.texts.clear()
         async with engine.subscribe(buffer=8) as events:
+            skip_snapshot(events)
             await engine.replace_catalog(new)
             delivery = await events.__anext__()
         assert len(embedder.texts) == 2  # the new tool and the changed description
@@ -85,6 +87,7 @@ async def test_replacing_with_an_equal_catalogue_changes_nothing(
         embedder.texts.clear()
         served = engine.index
         async with engine.subscribe(buffer=8) as events:
+            skip_snapshot(events)
             await engine.replace_catalog(Catalog(list(TOOLS)))
             with trio.move_on_after(5) as idle:
                 await events.__anext__()

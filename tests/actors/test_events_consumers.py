@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from event_snapshot import skip_snapshot
 
 from toolroute import Catalog, ConfigError, Outcome
 from toolroute._core.config import EngineConfig, SelectionDefaults
@@ -49,6 +50,7 @@ async def test_every_event_of_a_session_step_carries_its_session_and_request_id(
         open_engine(CATALOG, config=ROUTED, embedder=None, decider=None) as engine,
         engine.subscribe() as events,
     ):
+        skip_snapshot(events)
         step = await engine.prepare_step("open an issue about the login bug", session="s-1")
         other = await engine.prepare_step("post the summary", session="s-2")
         await trio.testing.wait_all_tasks_blocked()
@@ -115,6 +117,7 @@ async def test_events_outside_a_call_carry_no_request(
 ) -> None:
     async with open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine:
         async with engine.subscribe() as events:
+            skip_snapshot(events)
             await engine.update(remove=["forecast"])
             got = [d.event for d in drain(events)]
         selection = await engine.select("weather")  # the context ended with the call
@@ -130,11 +133,11 @@ async def test_a_new_subscriber_first_receives_the_engine_state(
     async with open_engine(
         CATALOG, config=config, embedder=embedder, run_cpu=inline_cpu(embedder)
     ) as engine:
-        async with engine.subscribe(snapshot=True) as early:
+        async with engine.subscribe() as early:  # the snapshot is on by default
             first = early.receive_nowait().event
         await engine.ready()
         await engine.update(remove=["forecast"])
-        async with engine.subscribe(snapshot=True) as late:
+        async with engine.subscribe() as late:
             second = late.receive_nowait().event
             await engine.select("open an issue")
             after = [d.event for d in drain(late)]
@@ -208,6 +211,7 @@ async def test_a_loss_after_an_unread_notice_is_reported_once_the_reader_reads(
         open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
         engine.subscribe(buffer=1) as events,
     ):
+        skip_snapshot(events)
         await engine.select("a")  # fills the buffer
         await engine.select("b")  # lost
         await trio.sleep(0.1)  # the notice takes the reserved slot
@@ -226,16 +230,20 @@ async def test_a_loss_after_an_unread_notice_is_reported_once_the_reader_reads(
     assert late_at - read_at <= 0.1
 
 
-async def test_a_subscriber_that_does_not_ask_for_the_snapshot_reads_as_before(
+async def test_a_subscriber_that_opts_out_of_the_snapshot_first_reads_the_next_event(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     async with (
         open_engine(CATALOG, config=EngineConfig(cache=False), embedder=None) as engine,
-        engine.subscribe() as events,
+        engine.subscribe(buffer=1, snapshot=False) as events,
     ):
-        await engine.select("open an issue")
+        await engine.select("open an issue")  # the one slot: no snapshot took it
         first = events.receive_nowait()
-    assert isinstance(first.event, SelectionFinished)  # code written before it still works
+        await trio.testing.wait_all_tasks_blocked()
+        rest = drain(events)
+    assert isinstance(first.event, SelectionFinished)
+    assert first.dropped == 0
+    assert rest == []
 
 
 async def test_snapshot_must_be_a_bool() -> None:

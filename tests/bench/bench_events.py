@@ -14,7 +14,8 @@ For each subscriber it prints: events published while it listened, events delive
 counted (``Delivery.dropped``, ``events.dropped`` notices), and the silent loss (published
 − delivered − counted; it must be 0). For each loss it reads, from the reference, when the
 lost event was made and when the delivery that counted it was put in the subscriber's queue
-(the notice's or event's ``time``): ``counted_after_ms`` is that delay, p50 and max. It
+(the notice's or event's ``time``): ``counted_after_ms`` is that delay, p50 and max;
+``read_after_ms`` runs on to when the subscriber read that delivery (when it learned). It
 includes the time the subscriber took to read the notice that held its spare slot (its own
 backlog); ``hub_delay_ms`` leaves that out: from the later of the loss and that read. A
 ``stalled`` subscriber cannot be told while its one spare slot holds an unread notice, so
@@ -73,15 +74,19 @@ def events_of(sub: Subscriber) -> list[Event]:
     ]
 
 
-def loss_delays(sub: Subscriber, reference: list[Event]) -> tuple[list[float], list[float], int]:
+def loss_delays(
+    sub: Subscriber, reference: list[Event]
+) -> tuple[list[float], list[float], list[float], int]:
     """Per lost event, seconds from its making to the delivery that counted it being put in
     the subscriber's queue; the same from the later of its making and the subscriber's
-    reading the notice that held the spare slot (the hub's own delay); and how many losses
-    the reference could not place (must be 0: counts are exact)."""
+    reading the notice that held the spare slot (the hub's own delay); from its making to
+    the subscriber reading the delivery that counted it; and how many losses the reference
+    could not place (must be 0: counts are exact)."""
     position = {id(event): i for i, event in enumerate(reference)}
     at = 0  # the next reference event not yet delivered nor counted
     delays: list[float] = []
     hub_delays: list[float] = []
+    read_delays: list[float] = []
     misplaced = 0
     notice_read = 0.0  # when the subscriber read its last notice
     for delivery, read_at in sub.got:
@@ -90,6 +95,7 @@ def loss_delays(sub: Subscriber, reference: list[Event]) -> tuple[list[float], l
             continue
         lost = reference[at : at + delivery.dropped]
         delays.extend(event.time - e.time for e in lost)
+        read_delays.extend(read_at - e.time for e in lost)
         hub_delays.extend(max(0.0, event.time - max(e.time, notice_read)) for e in lost)
         at += delivery.dropped
         if isinstance(event, EventsDropped):
@@ -100,7 +106,7 @@ def loss_delays(sub: Subscriber, reference: list[Event]) -> tuple[list[float], l
                 misplaced += 1
                 at = index if index is not None else at
             at += 1
-    return delays, hub_delays, misplaced
+    return delays, hub_delays, read_delays, misplaced
 
 
 def percentile_ms(values: list[float], q: float) -> float | None:
@@ -160,7 +166,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for s in subscribers:
         delivered = len(events_of(s))
         counted = sum(d.dropped for d, _ in s.got)
-        delays, hub_delays, misplaced = loss_delays(s, reference)
+        delays, hub_delays, read_delays, misplaced = loss_delays(s, reference)
         row: dict[str, Any] = {
             "subscriber": s.name,
             "buffer": s.buffer,
@@ -179,6 +185,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             row["counted_after_ms_max"] = percentile_ms(delays, 1.0)
             row["hub_delay_ms_p50"] = percentile_ms(hub_delays, 0.5)
             row["hub_delay_ms_max"] = percentile_ms(hub_delays, 1.0)
+            row["read_after_ms_p50"] = percentile_ms(read_delays, 0.5)
+            row["read_after_ms_max"] = percentile_ms(read_delays, 1.0)
         rows.append(row)
     rows.append(
         {

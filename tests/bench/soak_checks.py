@@ -30,6 +30,8 @@ EVENT_TYPES = frozenset(
         "fail_open",
         "service.restarted",
         "catalog.updated",
+        "subscription.started",
+        "events.dropped",
     }
 )
 

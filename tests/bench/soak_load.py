@@ -402,11 +402,15 @@ class Workload:
             self.tally.ops["subscribe"] += 1
             with trio.move_on_after(rng.uniform(0.05, 2.0)):
                 async with self.engine.subscribe(buffer=buffer) as deliveries:
+                    received = 0
                     async for delivery in deliveries:
                         event, dropped = delivery.event, delivery.dropped
                         self.tally.events[event.type] += 1
                         self.tally.dropped_events += dropped
+                        received += 1
                         broken = []
+                        if (event.type == "subscription.started") != (received == 1):
+                            broken.append("delivery: the snapshot is not exactly the first")
                         if not isinstance(dropped, int) or dropped < 0:
                             broken.append("delivery: dropped is not a count")
                         if event.type not in EVENT_TYPES:

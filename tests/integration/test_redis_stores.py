@@ -178,6 +178,23 @@ async def test_events_of_every_node_reach_each_consumer_group(
         assert all(n.shared.statistics().events_dropped == 0 for n in nodes)
 
 
+async def test_the_shared_stream_carries_no_subscriber_snapshot(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # A snapshot is one subscriber's view of its node at subscribing; in the stream every
+    # consumer group would read it as an event of the engine.
+    async with (
+        open_event_consumer(redis_server.url, group="audit", consumer="one") as audit,
+        open_nodes(redis_server.url, tmp_path, 1) as (node,),
+    ):
+        await node.engine.prepare_step("send an email", session="s0")
+        seen: list[str] = []
+        with trio.fail_after(30):
+            while "step.finished" not in seen:
+                seen += [x.event.type for x in await audit.read()]
+    assert "subscription.started" not in seen
+
+
 async def test_a_catalogue_change_on_one_node_is_applied_on_the_others(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:

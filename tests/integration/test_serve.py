@@ -12,7 +12,7 @@ import pytest
 import trio
 from serving import served
 
-from toolroute.events import SelectionFinished, from_json
+from toolroute.events import SelectionFinished, SubscriptionStarted, from_json
 
 QUERY = "what is the weather in Oslo tomorrow"
 
@@ -261,10 +261,14 @@ async def test_events_arrive_as_server_sent_events_and_end_when_draining(tmp_pat
             assert await lines.__anext__() == ": subscribed"  # subscribed from here on
             await client.post("/v1/select", json={"query": QUERY})
             with trio.fail_after(30):
-                (frame,) = await _sse_frames(lines, 1)
+                snapshot, frame = await _sse_frames(lines, 2)
+            # The stream begins with the engine's state, then every event from there.
+            assert snapshot["event"] == "subscription.started"
+            assert snapshot["id"] == "1"
+            assert isinstance(from_json(snapshot["data"]), SubscriptionStarted)
             event = from_json(frame["data"])
             assert frame["event"] == "selection.finished"
-            assert frame["id"] == "1"
+            assert frame["id"] == "2"
             assert isinstance(event, SelectionFinished)
             assert event.tool_ids
             service.app.drain()

@@ -33,7 +33,7 @@ class SharedEngine(Protocol):
     """What the shared stores need of an engine (``toolroute.Engine``)."""
 
     def subscribe(
-        self, buffer: int | None = None
+        self, buffer: int | None = None, *, snapshot: bool = ...
     ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[Any]]: ...
 
     async def update(
@@ -120,7 +120,12 @@ class RedisStores(metaclass=NoPublicConstructor):
     async def attach(self, engine: SharedEngine, *, buffer: int = 4096) -> AsyncIterator[None]:
         """For the block: publish ``engine``'s events to the stream and apply the other
         nodes' catalogue changes to it."""
-        async with trio.open_nursery() as nursery, engine.subscribe(buffer) as deliveries:
+        # No snapshot: the stream is shared by every node and consumer, and a subscriber's
+        # own ``subscription.started`` describes this node's state at attach, not a change.
+        async with (
+            trio.open_nursery() as nursery,
+            engine.subscribe(buffer, snapshot=False) as deliveries,
+        ):
             await nursery.start(self._events.run, deliveries)
 
             async def apply(

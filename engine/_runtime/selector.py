@@ -22,6 +22,7 @@ from .._core.select.explain import (
     explain_ask,
     hidden_before_ranking,
 )
+from .._core.select.no_tool import no_tool_selection
 from .._core.select.plan import (
     chosen_strategy,
     plan_select,
@@ -33,7 +34,6 @@ from .._core.select.policy import Policy, select
 from .._core.select.selection import Ranking, Selection, Strategy
 from .._core.select.toolsets import ToolSet
 from .._judge.rerank import rerank, reranked_ranking
-from .._core.select.no_tool import no_tool_selection
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .no_tool import ask_no_tool

@@ -79,8 +79,10 @@ async def test_confident_no_keeps_only_always_active_tools_and_says_so() -> None
     assert selection.no_tool_needed
     assert selection.tool_ids == ("save_note",)
     assert selection.sources == ("always_active",)
-    assert "no tool needed" in selection.reason and "0.010" in selection.reason
-    assert finished is not None and finished.no_tool_needed
+    assert "no tool needed" in selection.reason
+    assert "0.010" in selection.reason
+    assert finished is not None
+    assert finished.no_tool_needed
     assert finished.tool_ids == ("save_note",)
     # The question lists the ranked tools first, then the rest of the catalogue.
     assert listed(decider.requests[0])[0] in {"create_issue", "list_issues"}
@@ -100,7 +102,8 @@ async def test_anything_short_of_a_confident_no_keeps_the_selection(
         plain = await engine.select("open a github issue about the crash")
     assert len(decider.requests) == 1
     assert not told.no_tool_needed
-    assert told.tool_ids == plain.tool_ids and told.tool_ids
+    assert told.tool_ids == plain.tool_ids
+    assert told.tool_ids
 
 
 async def test_off_by_default_the_decider_is_never_asked() -> None:
@@ -111,8 +114,10 @@ async def test_off_by_default_the_decider_is_never_asked() -> None:
         selection = await engine.select("open a github issue")
         step = await engine.prepare_step("open a github issue")
     assert decider.requests == []
-    assert selection.tool_ids and not selection.no_tool_needed
-    assert step.tool_ids and not step.no_tool_needed
+    assert selection.tool_ids
+    assert not selection.no_tool_needed
+    assert step.tool_ids
+    assert not step.no_tool_needed
 
 
 async def test_the_gate_is_the_configured_confidence() -> None:
@@ -147,7 +152,8 @@ async def test_a_hung_decider_costs_one_deadline_and_fails_open(
             if isinstance(delivery.event, SelectionFinished):
                 break
     assert 2.0 <= elapsed < 2.5
-    assert selection.tool_ids and not selection.no_tool_needed
+    assert selection.tool_ids
+    assert not selection.no_tool_needed
     failed = [e for e in seen if isinstance(e, FailOpen)]
     assert [(e.operation, e.what_failed) for e in failed] == [("select", "no_tool")]
 
@@ -165,7 +171,8 @@ async def test_a_failing_decider_keeps_the_tools_and_publishes_fail_open() -> No
             seen.append(delivery.event)
             if isinstance(delivery.event, StepFinished):
                 break
-    assert step.tool_ids and not step.no_tool_needed
+    assert step.tool_ids
+    assert not step.no_tool_needed
     assert any(isinstance(e, FailOpen) and e.operation == "prepare_step" for e in seen)
 
 
@@ -182,10 +189,12 @@ async def test_prepare_step_told_no_tool_shows_only_pinned_tools() -> None:
             if isinstance(delivery.event, StepFinished):
                 finished = delivery.event
                 break
-    assert step.no_tool_needed and step.outcome is not Outcome.FAILED_OPEN
+    assert step.no_tool_needed
+    assert step.outcome is not Outcome.FAILED_OPEN
     assert step.tool_ids == ("save_note",)
     assert "no tool needed" in step.reason
-    assert finished is not None and finished.no_tool_needed
+    assert finished is not None
+    assert finished.no_tool_needed
 
 
 async def test_a_later_page_is_never_told_no_tool() -> None:
@@ -199,7 +208,8 @@ async def test_a_later_page_is_never_told_no_tool() -> None:
     async with open_engine(CATALOG, config=config(), embedder=None, decider=decider) as engine:
         step = await engine.prepare_step(idle)
     assert step.page >= 1
-    assert decider.requests == [] and not step.no_tool_needed
+    assert decider.requests == []
+    assert not step.no_tool_needed
 
 
 async def test_denied_tools_are_never_listed_in_the_question() -> None:

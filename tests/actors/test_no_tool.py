@@ -224,3 +224,16 @@ def test_a_wrong_type_for_the_option_is_a_clear_error() -> None:
         EngineConfig.from_mapping({"selection": {"no_tool": "yes"}})
     with pytest.raises(ConfigError, match="between 0 and 1"):
         SelectionDefaults(no_tool_min_confidence=1.5)
+
+
+async def test_explanations_say_the_hidden_tools_were_hidden_for_no_tool() -> None:
+    decider = NeedsToolDecider(0.01)
+    cfg = config(always_active=("save_note",))
+    async with open_engine(CATALOG, config=cfg, embedder=None, decider=decider) as engine:
+        selection = await engine.select("open a github issue", explain=True)
+        step = await engine.prepare_step("open a github issue", explain=True)
+    for explained in (selection.explanations, step.explanations):
+        shown = [e.tool_id for e in explained if e.shown]
+        assert shown == ["save_note"]
+        hidden = {e.tool_id: e.reason for e in explained if not e.shown}
+        assert hidden.get("create_issue") == "no_tool"

@@ -23,6 +23,7 @@ from ..decide.types import (
 )
 from ..text import bounded
 from .access import ToolAccess
+from .explain import Explanation
 from .selection import Selection
 from .steps import StepPick
 
@@ -101,7 +102,7 @@ def no_tool_selection(selection: Selection, verdict: NoToolVerdict) -> Selection
         tool_ids=ids,
         scores=tuple(selection.scores[i] for i in keep),
         sources=tuple(selection.sources[i] for i in keep),
-        explanations=tuple(e for e in selection.explanations if e.tool_id in ids),
+        explanations=_explained(selection.explanations, ids),
         no_tool_needed=True,
         reason=_joined(selection.reason, verdict.reason),
     )
@@ -115,7 +116,7 @@ def no_tool_step(
     return attrs.evolve(
         pick,
         tool_ids=ids,
-        explanations=tuple(e for e in pick.explanations if e.tool_id in ids),
+        explanations=_explained(pick.explanations, ids),
         reason=_joined(pick.reason, reason),
     )
 
@@ -123,3 +124,17 @@ def no_tool_step(
 def _joined(before: str, reason: str) -> str:
     # A degraded selection keeps saying why it degraded.
     return f"{before}; {reason}" if before else reason
+
+
+def _explained(
+    explanations: Sequence[Explanation], shown: Sequence[str]
+) -> tuple[Explanation, ...]:
+    """The shown tools' explanations first, then the tools the verdict hid (``no_tool``),
+    then those hidden before."""
+    kept = [e for e in explanations if e.shown and e.tool_id in shown]
+    hid = [
+        attrs.evolve(e, shown=False, reason="no_tool")
+        for e in explanations
+        if e.shown and e.tool_id not in shown
+    ]
+    return (*kept, *hid, *(e for e in explanations if not e.shown))

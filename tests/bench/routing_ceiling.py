@@ -14,6 +14,9 @@ for three scores:
 - ``best tool``: the best cosine between the task and any one of the server's tools
   (name and description), text that routing does not send today;
 - ``best two tools``: the mean of the server's two best tool cosines.
+
+Then a per-task cut on the server-text score (keep what scores within a margin of the
+task's best server), which may drop many servers for one task and few for another.
 """
 
 from __future__ import annotations
@@ -80,6 +83,19 @@ def main() -> None:
                 rank = (-score[i]).argsort().argsort() + 1
                 worst.append(max(int(rank[ids.index(s)]) for s in needed))
             print(f"| {name} | {split} | {len(worst)} | {shares(worst)} |")
+    # A per-task cut instead of a fixed K: keep what scores within ``delta`` of the task's
+    # best server (a drop rule may drop many servers for one task and few for another).
+    print()
+    print("| server text, keep within delta of the best | split | all needed kept | dropped |")
+    print("|---|---|---|---|")
+    needed = np.array([[s in n for s in ids] for _, n in tasks])
+    splits = np.array([split_of(q) for q, _ in tasks])
+    for delta in (0.1, 0.2, 0.25, 0.3):
+        for split in ("dev", "test"):
+            m = splits == split
+            keep = cosine[m] >= cosine[m].max(axis=1, keepdims=True) - delta
+            kept_all = (needed[m] <= keep).all(axis=1).mean()
+            print(f"| {delta:g} | {split} | {kept_all:.1%} | {1 - keep.mean():.1%} |")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ import trio
 
 from .._core.catalog.catalog import Catalog
 from .._core.config import EngineConfig
+from .._core.decide.no_tool import MAX_LISTED, NoToolVerdict, needs_tool_request, read_verdict
 from .._core.events import Event, FailOpen
 from .._core.select.access import ToolAccess
-from .._core.select.no_tool import MAX_LISTED, NoToolVerdict, needs_tool_request, read_verdict
 from .decision_service import DecisionService
 from .request_context import current
 
@@ -58,7 +58,8 @@ async def ask_no_tool(
     if not query.strip() or not ids:
         return NOT_ASKED
     deadline = defaults.no_tool_deadline_s
-    request = needs_tool_request(query, [catalog[i] for i in ids], timeout_s=deadline)
+    listed = [(catalog[i].name, catalog[i].description) for i in ids]
+    request = needs_tool_request(query, listed, timeout_s=deadline)
     result = None
     failure = "deadline"
     with trio.move_on_after(deadline):

@@ -170,7 +170,7 @@ class Selector:
                 publish=self._publish,
             )
             if verdict.no_tool:
-                selection = no_tool_selection(selection, verdict)
+                selection = no_tool_selection(selection, verdict.reason)
         include = self._config.events.include_queries
         tag = current()
         self._publish(
@@ -195,7 +195,9 @@ class Selector:
     ) -> tuple[Ranking, Policy]:
         """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
         assert self._generator is not None
-        ids = [i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)]
+        ids = [
+            i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)
+        ]
         result = await rerank(
             query,
             [index.catalog[i] for i in ids],

@@ -8,8 +8,8 @@ import trio.testing
 
 from toolroute import Catalog, ConfigError, DecisionError, EngineConfig, Outcome
 from toolroute._core.config import SelectionDefaults
+from toolroute._core.decide.no_tool import KEY
 from toolroute._core.events import FailOpen, SelectionFinished, StepFinished
-from toolroute._core.select.no_tool import KEY
 from toolroute._runtime.engine import open_engine
 from toolroute.decisions import BooleanAnswer, DecisionRequest, DecisionResult
 

@@ -36,7 +36,7 @@ import trio
 
 from toolroute import Catalog, EngineConfig, Tool
 from toolroute._core.config import SelectionDefaults
-from toolroute._core.select.no_tool import needs_tool_request, read_verdict
+from toolroute._core.decide.no_tool import needs_tool_request, read_verdict
 from toolroute._runtime.engine import open_engine
 from toolroute.evaluate import split_of
 from toolroute.providers import LocalDecider
@@ -54,6 +54,10 @@ def _tools(items: list[dict[str, Any]]) -> list[Tool]:
     return [
         Tool(id=t["name"], name=t["name"], description=t.get("description") or "") for t in items
     ]
+
+
+def pairs(tools: list[Tool]) -> list[tuple[str, str]]:
+    return [(t.name, t.description) for t in tools]
 
 
 def metatool() -> Iterator[tuple[str, list[Tool], bool]]:
@@ -75,7 +79,7 @@ async def probabilities(rows: list[tuple[str, list[Tool], bool]]) -> np.ndarray:
     decider = LocalDecider()
     out = []
     for query, tools, _needs in rows:
-        result = await decider.decide(needs_tool_request(query, tools, timeout_s=60.0))
+        result = await decider.decide(needs_tool_request(query, pairs(tools), timeout_s=60.0))
         verdict = read_verdict(result, 0.0)
         assert verdict.probability is not None, "the local decider left the question unanswered"
         out.append(verdict.probability)
@@ -120,7 +124,7 @@ async def engine_check(rows: list[tuple[str, list[Tool], bool]]) -> str:
     told = []
     decider = LocalDecider()
     # The first question embeds the 199 tool texts (then cached): outside the measurement.
-    await decider.decide(needs_tool_request("warm up", tools, timeout_s=60.0))
+    await decider.decide(needs_tool_request("warm up", pairs(tools), timeout_s=60.0))
     async with open_engine(catalog, config=config, decider=decider) as engine:
         await engine.ready()
         for query, *_ in test:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from toolroute import Catalog, EngineConfig, Outcome, Selection
 from toolroute._core.config import SelectionDefaults
 from toolroute._core.decide.limits import DecisionLimits
+from toolroute._core.decide.no_tool import KEY, read_verdict
 from toolroute._core.decide.types import (
     BooleanAnswer,
     ChoiceAnswer,
@@ -24,7 +25,7 @@ from toolroute._core.decide.types import (
     DecisionResult,
 )
 from toolroute._core.errors import DecisionError, DecisionErrorKind
-from toolroute._core.select.no_tool import KEY, no_tool_selection, read_verdict
+from toolroute._core.select.no_tool import no_tool_selection
 from toolroute._runtime.engine import open_engine
 
 CATALOG = Catalog.from_openai(
@@ -87,7 +88,7 @@ def test_a_no_tool_selection_keeps_exactly_the_pinned_tools(
         sources=tuple(sources),
     )
     verdict = read_verdict(_result({KEY: BooleanAnswer(0.0)}), 0.9)
-    told = no_tool_selection(selection, verdict)
+    told = no_tool_selection(selection, verdict.reason)
     pinned = tuple(i for i, s in zip(ids, sources, strict=True) if s == "always_active")
     assert told.tool_ids == pinned
     assert told.no_tool_needed

@@ -82,6 +82,16 @@ class SelectionDefaults:
     #: ``prepare_step`` also routes MCP servers (``config.routing``, the engine's decider) and
     #: hides the tools of servers dropped on a confident "no". Off: a decision call per step.
     route_servers: bool = attrs.field(default=False, validator=_flag)
+    #: ``select`` and ``prepare_step`` ask the engine's decider whether the request needs any
+    #: tool, and show none but ``always_active`` on a confident "no" (``no_tool_needed``).
+    #: Off: on the dev splits the chosen gate still hid a needed tool for 0.27 % of BFCL's
+    #: tool-needing requests, and it costs a decision call per request.
+    no_tool: bool = attrs.field(default=False, validator=_flag)
+    #: How confident the "no" must be: ``|p - 0.5| * 2``; 0.9 hides tools at p(tool) ≤ 0.05
+    #: (chosen on the MetaTool awareness and BFCL relevance dev splits).
+    no_tool_min_confidence: float = attrs.field(default=0.9, validator=_fraction)
+    #: Seconds the no-tool question may take; past it the selection stands as recall made it.
+    no_tool_deadline_s: float = attrs.field(default=1.0, validator=_positive)
 
 
 @attrs.frozen(kw_only=True)

@@ -145,6 +145,7 @@ class SelectionFinished(_EventBase):
         latency_ms: time from request to answer.
         session: the session the selection served, or ``None`` (``select`` has none).
         request_id: the id the operation's result carries (``Selection.request_id``).
+        no_tool_needed: the decider said, confidently, that no tool is needed.
     """
 
     type: ClassVar[str] = "selection.finished"
@@ -160,6 +161,7 @@ class SelectionFinished(_EventBase):
     query: str | None = None
     session: str | None = None
     request_id: str | None = None
+    no_tool_needed: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -176,6 +178,7 @@ class StepFinished(_EventBase):
         reason: why the outcome is not ``applied``; empty otherwise.
         latency_ms: time from request to answer.
         request_id: the id the step's result carries (``StepSelection.request_id``).
+        no_tool_needed: the decider said, confidently, that no tool is needed.
     """
 
     type: ClassVar[str] = "step.finished"
@@ -189,6 +192,7 @@ class StepFinished(_EventBase):
     reason: str = ""
     query: str | None = None
     request_id: str | None = None
+    no_tool_needed: bool = False
 
 
 @attrs.frozen(kw_only=True)

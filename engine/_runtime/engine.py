@@ -277,7 +277,13 @@ def _assemble(
         cache=stores.routing,
     )
     selector = Selector(
-        keeper, recall, config=config, generator=generator, publish=hub.publish, key=key
+        keeper,
+        recall,
+        config=config,
+        generator=generator,
+        publish=hub.publish,
+        key=key,
+        decisions=decisions,
     )
     steps = Steps(
         keeper,
@@ -289,6 +295,7 @@ def _assemble(
         publish=hub.publish,
         key=key,
         record=learning.offer if learning is not None and config.learning.record_calls else None,
+        decisions=decisions,
     )
     engine = Engine._create(
         config=config,

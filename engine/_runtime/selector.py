@@ -22,6 +22,7 @@ from .._core.select.explain import (
     explain_ask,
     hidden_before_ranking,
 )
+from .._core.select.no_tool import no_tool_selection
 from .._core.select.plan import (
     chosen_strategy,
     plan_select,
@@ -34,6 +35,8 @@ from .._core.select.selection import Ranking, Selection, Strategy
 from .._core.select.toolsets import ToolSet
 from .._judge.rerank import rerank, reranked_ranking
 from .catalog_keeper import CatalogKeeper
+from .decision_service import DecisionService
+from .no_tool import ask_no_tool
 from .recall import Recall
 from .request_context import current
 
@@ -102,7 +105,9 @@ class Selector:
         generator: Generator | None,
         publish: Callable[[Event], None],
         key: bytes,
+        decisions: DecisionService | None = None,
     ) -> None:
+        self._decisions = decisions  # asked "any tool needed?" when ``selection.no_tool``
         self._keeper = keeper
         self._recall = recall
         self._config = config
@@ -153,6 +158,19 @@ class Selector:
             ranking, policy = await self._reranked(index, query, ranking, policy, access)
         selection = select(ranking, policy, started, explain=request, hidden=hidden, access=access)
         self._recall.finished()
+        if selection.outcome is not Outcome.SKIPPED:
+            verdict = await ask_no_tool(
+                self._decisions,
+                self._config,
+                query,
+                index.catalog,
+                ranking.tool_ids,
+                access,
+                operation="select",
+                publish=self._publish,
+            )
+            if verdict.no_tool:
+                selection = no_tool_selection(selection, verdict.reason)
         include = self._config.events.include_queries
         tag = current()
         self._publish(
@@ -167,6 +185,7 @@ class Selector:
                 degraded=selection.outcome is Outcome.DEGRADED,
                 latency_ms=selection.latency_ms,
                 reason=selection.reason,
+                no_tool_needed=selection.no_tool_needed,
             )
         )
         return selection
@@ -176,7 +195,9 @@ class Selector:
     ) -> tuple[Ranking, Policy]:
         """``ranking`` re-ordered by the generator, and the policy for re-ranked scores."""
         assert self._generator is not None
-        ids = [i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)]
+        ids = [
+            i for i in rerank_candidates(ranking, policy, index.catalog.ids) if access.permits(i)
+        ]
         result = await rerank(
             query,
             [index.catalog[i] for i in ids],

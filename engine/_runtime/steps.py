@@ -47,6 +47,7 @@ from .._core.select.explain import (
     explain_ask,
     hidden_before_ranking,
 )
+from .._core.select.no_tool import no_tool_step
 from .._core.select.search_tool import HINT, read_arguments
 from .._core.select.steps import (
     StepInput,
@@ -59,6 +60,8 @@ from .._core.select.toolsets import ToolSet, system_prompts
 from .._core.stores import SessionState, SessionStore
 from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
+from .decision_service import DecisionService
+from .no_tool import ask_no_tool
 from .one_shot import OneShot
 from .recall import Recall
 from .request_context import RequestTag, current, enter, leave
@@ -93,6 +96,10 @@ class StepSelection:
             then one per asked-about hidden tool; empty otherwise.
         request_id: the id of the ``Engine.prepare_step`` call; the step's events
             (``step.finished``, ``routing.finished``, a ``fail_open``) carry the same.
+        no_tool_needed: the engine's decider answered "does this request need any tool?"
+            with a confident "no" (``selection.no_tool`` on; asked on a first-page step
+            without forced or found tools): only ``always_active`` tools are shown, and
+            ``reason`` gives the probability.
     """
 
     tool_ids: tuple[str, ...] | None
@@ -106,6 +113,7 @@ class StepSelection:
     routing: RoutingOutcome | None = None
     explanations: tuple[Explanation, ...] = ()
     request_id: str | None = None
+    no_tool_needed: bool = False
 
     def explanation(self, tool_id: str) -> Explanation | None:
         """The explanation of ``tool_id``, ``None`` when it was not explained."""
@@ -163,7 +171,9 @@ class Steps:
         publish: Callable[[Event], None],
         key: bytes,
         record: Callable[[str, Sequence[str]], None] | None = None,
+        decisions: DecisionService | None = None,
     ) -> None:
+        self._decisions = decisions  # asked "any tool needed?" when ``selection.no_tool``
         self._keeper = keeper
         self._recall = recall
         self._record = record  # the learning service's ``offer`` with ``record_calls`` on
@@ -453,6 +463,7 @@ class Steps:
         pick = step_without_ranking(
             step, index.catalog, all_tools_ceiling=defaults.all_tools_ceiling
         )
+        no_tool = False
         if pick is None:
             window = ranking_window(
                 step,
@@ -473,7 +484,24 @@ class Steps:
             pick, activated = ranked_step(step, window, ranking, started)
             if state is not None:
                 state.remember(activated, self._config.sessions.sticky_steps)
+            if page == 0 and not forced and not found and pick.tool_ids is not None:
+                verdict = await ask_no_tool(
+                    self._decisions,
+                    self._config,
+                    query,
+                    index.catalog,
+                    ranking.tool_ids,
+                    access,
+                    operation="prepare_step",
+                    publish=self._publish,
+                    session=session,
+                )
+                if verdict.no_tool:
+                    pick = no_tool_step(pick, always, access, verdict.reason)
+                    no_tool = True
         selection = self._finished(pick, sets, started, routing)
+        if no_tool:
+            selection = attrs.evolve(selection, no_tool_needed=True)
         self._recall.finished()
         self._publish(
             StepFinished(
@@ -486,6 +514,7 @@ class Steps:
                 latency_ms=selection.latency_ms,
                 reason=selection.reason,
                 query=query if self._config.events.include_queries else None,
+                no_tool_needed=selection.no_tool_needed,
             )
         )
         return selection

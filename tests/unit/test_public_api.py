@@ -473,3 +473,28 @@ def test_the_version_is_the_distribution_s_and_the_cli_prints_it(
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"toolroute {toolroute.__version__}"
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        toolroute.Selection,
+        toolroute.StepSelection,
+        toolroute.events.SelectionFinished,
+        toolroute.events.StepFinished,
+    ],
+    ids=lambda c: c.__name__,
+)
+def test_the_no_tool_outcome_is_a_keyword_only_flag_off_by_default(cls: type) -> None:
+    field = attrs.fields_dict(cls)["no_tool_needed"]
+    assert field.kw_only
+    assert field.default is False
+
+
+def test_the_no_tool_options_are_pinned() -> None:
+    defaults = toolroute.config.SelectionDefaults()
+    assert (defaults.no_tool, defaults.no_tool_min_confidence, defaults.no_tool_deadline_s) == (
+        False,
+        0.9,
+        1.0,
+    )

@@ -61,6 +61,7 @@ HIDDEN_REASONS = (
     "dedup",  # a near-duplicate of another tool, which stands for it
     "denied",  # on a deny-list, or outside an allow-list
     "skipped",  # the request had no text: nothing was ranked
+    "no_tool",  # the decider said, confidently, that the request needs no tool
 )
 
 
@@ -73,8 +74,8 @@ class Explanation:
         shown: whether the selection shows it.
         reason: one of ``ranked``, ``always_active``, ``related``, ``tool_set``, ``found``,
             ``all_tools`` (shown), or ``max_tools``, ``earlier_page``, ``threshold``,
-            ``adaptive``, ``not_recalled``, ``routing``, ``dedup``, ``denied``, ``skipped``
-            (hidden).
+            ``adaptive``, ``not_recalled``, ``routing``, ``dedup``, ``denied``, ``skipped``,
+            ``no_tool`` (hidden).
         rank: 1-based position in the recall ranking, ``None`` when not ranked.
         score: the score on the strategy's scale, ``None`` when not ranked.
         cosine: the embedding similarity to the request, when the ranking had one.

@@ -69,6 +69,10 @@ class Selection:
         request_id: the id of the ``Engine.select`` call that made it; its events
             (``selection.finished``, a ``fail_open``) carry the same. ``None`` outside an
             engine (``ToolIndex.select``).
+        no_tool_needed: the engine's decider answered "does this request need any tool?"
+            with a confident "no" (``selection.no_tool`` on): only ``always_active`` tools
+            remain, and ``reason`` gives the probability. ``False`` whenever it was not asked
+            or not answered confidently.
     """
 
     tool_ids: tuple[str, ...]
@@ -81,6 +85,7 @@ class Selection:
     active_sets: tuple[str, ...] = ()
     explanations: tuple[Explanation, ...] = ()
     request_id: str | None = None
+    no_tool_needed: bool = False
 
     def explanation(self, tool_id: str) -> Explanation | None:
         """The explanation of ``tool_id``, ``None`` when it was not explained."""

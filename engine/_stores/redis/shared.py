@@ -20,10 +20,12 @@ from ..._core.public import NoPublicConstructor
 from ..._core.stores import Stores
 from ..embedding_cache import EmbeddingCache
 from ..enrichment_cache import EnrichmentCache
+from ..learning import LearningCache, MemoryLearningStore
 from ..local import cache_directory
 from ..routing_cache import MemoryRoutingCache
 from ..sessions import MemorySessionStore
 from .caches import RedisEmbeddingStore, RedisEnrichmentStore
+from .learning import RedisLearningStore
 from .link import RedisLink, RedisStatistics
 from .sessions import RedisRoutingCache, RedisSessionStore, RoutingCodec
 from .streams import CatalogFeed, EventPublisher
@@ -59,6 +61,10 @@ class _EnrichmentStore(_Reporting, RedisEnrichmentStore):
 
 
 class _SessionStore(_Reporting, RedisSessionStore):
+    pass
+
+
+class _LearningStore(_Reporting, RedisLearningStore):
     pass
 
 
@@ -104,9 +110,17 @@ class RedisStores(metaclass=NoPublicConstructor):
             codec,
             ttl_s=memory.cache_ttl_s,
         )
+        # Learned evidence outlives the process on this node only where the caches do.
+        self.learning = _LearningStore(
+            link, LearningCache(near / "learning") if near is not None else MemoryLearningStore()
+        )
         self.embeddings = embeddings
         self.stores = Stores(
-            embeddings=embeddings, enrichment=enrichment, sessions=self.sessions, routing=routing
+            embeddings=embeddings,
+            enrichment=enrichment,
+            sessions=self.sessions,
+            routing=routing,
+            learning=self.learning,
         )
         self._events = EventPublisher(link, node, maxlen=stream_maxlen)
         link.on_resync(self._events.flush, self._events.pending)

@@ -25,6 +25,7 @@ from ..local import cache_directory
 from ..routing_cache import MemoryRoutingCache
 from ..sessions import MemorySessionStore
 from .caches import RedisEmbeddingStore, RedisEnrichmentStore
+from .fast_tier import RedisFastTierStore
 from .learning import RedisLearningStore
 from .link import RedisLink, RedisStatistics
 from .sessions import RedisRoutingCache, RedisSessionStore, RoutingCodec
@@ -114,6 +115,7 @@ class RedisStores(metaclass=NoPublicConstructor):
         self.learning = _LearningStore(
             link, LearningCache(near / "learning") if near is not None else MemoryLearningStore()
         )
+        self.fast_tier = RedisFastTierStore(link)
         self.embeddings = embeddings
         self.stores = Stores(
             embeddings=embeddings,
@@ -121,6 +123,7 @@ class RedisStores(metaclass=NoPublicConstructor):
             sessions=self.sessions,
             routing=routing,
             learning=self.learning,
+            fast_tier=self.fast_tier,
         )
         self._events = EventPublisher(link, node, maxlen=stream_maxlen)
         link.on_resync(self._events.flush, self._events.pending)

@@ -9,6 +9,7 @@ background (loading the evidence after it starts).
 from __future__ import annotations
 
 import gc
+import hashlib
 import io
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -22,10 +23,12 @@ import trio
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
 import coredis
+from redisbox.proxy import FaultProxy
 from redisbox.server import REDIS_SERVER, RedisServer
 
 from toolroute import Catalog, Engine, EngineConfig, open_engine
 from toolroute.redis import RedisStores, open_redis_stores
+from toolroute.stores import LearnedExample
 from toolroute.testing import ScriptedEmbedder
 
 pytestmark = [
@@ -187,3 +190,44 @@ async def test_a_node_learns_while_redis_is_down_and_sends_it_when_it_returns(
             assert await ranks_first(later, "gamma")
     finally:
         server.stop()
+
+
+def example(name: str) -> LearnedExample:
+    vector = np.zeros(4, dtype=np.float32)
+    vector[3] = 1.0
+    return LearnedExample(
+        digest=hashlib.sha256(name.encode()).hexdigest(), vector=vector, source="use"
+    )
+
+
+async def test_what_a_node_forgot_and_learned_while_cut_off_reaches_redis_in_order(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    proxy = FaultProxy(redis_server.port)
+    try:
+        config = EngineConfig.from_mapping({"cache_dir": str(tmp_path / "node")})
+        async with open_redis_stores(proxy.url, config=config, deadline_s=0.2) as shared:
+            store = shared.learning
+            for tool_id in ("alpha", "beta"):
+                await trio.to_thread.run_sync(store.save, "m", tool_id, [example(tool_id)])
+            await trio.to_thread.run_sync(store.save, "other", "alpha", [example("x")])
+            proxy.drop()  # every connection closed, new ones refused
+            with trio.fail_after(30):
+                while shared.statistics().up:
+                    await trio.to_thread.run_sync(store.load, "m")
+            await trio.to_thread.run_sync(store.forget, "m", None)
+            await trio.to_thread.run_sync(store.save, "m", "gamma", [example("gamma")])
+            await trio.to_thread.run_sync(store.forget, "other", ["alpha"])
+            assert set(await trio.to_thread.run_sync(store.load, "m")) == {"gamma"}
+            assert store.pending() == 3  # forget all of "m", gamma, and other's alpha
+            proxy.heal()
+            with trio.fail_after(30):
+                while store.pending() or not shared.statistics().up:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        client: coredis.Redis[bytes] = coredis.Redis.from_url(redis_server.url)
+        async with client:
+            keys = [k async for k in client.scan_iter(match=b"toolroute:learn:*")]
+            fields = {key: set(await client.hkeys(key)) for key in keys}
+        assert list(fields.values()) == [{b"gamma"}]  # "other" has no tool left: no key
+    finally:
+        proxy.close()

@@ -189,12 +189,13 @@ class RedisFastTierStore:
     async def _resync(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-        for sha, folder in pending.items():
+        items = list(pending.items())
+        for at, (sha, folder) in enumerate(items):
             # The files are read and sent from a worker thread, as a share is.
-            sent = await _in_thread(self._send, sha, folder)
-            if not sent:
-                with self._lock:
-                    self._pending.setdefault(sha, folder)
+            if not await _in_thread(self._send, sha, folder):
+                with self._lock:  # down again: the rest waits (a newer share stands)
+                    for unsent, unsent_folder in items[at:]:
+                        self._pending.setdefault(unsent, unsent_folder)
                 return
             self._link.counters.writes_resynced += 1
 

@@ -91,6 +91,8 @@ class RedisLearningStore:
         with self._lock:
             waiting = self._pending.get(identity)
             owed = set(waiting.tools) if waiting is not None else set()
+            if waiting is not None and waiting.clear:
+                return found  # this node forgot every tool; Redis has not heard yet
         for field, value in shared.items():
             tool_id = field.decode("utf-8", "surrogatepass")
             if tool_id in owed:
@@ -137,16 +139,20 @@ class RedisLearningStore:
     async def _resync(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-        for identity, waiting in pending.items():
+        items = list(pending.items())
+        for at, (identity, waiting) in enumerate(items):
             if not await self._send(identity, waiting):
-                with self._lock:  # down again: what was not sent waits for the next recovery
-                    later = self._pending.pop(identity, None)
-                    if later is not None:
-                        waiting.clear = waiting.clear or later.clear
-                        if later.clear:
-                            waiting.tools = {}
-                        waiting.tools.update(later.tools)
-                    self._pending[identity] = waiting
+                # Down again: what was not sent waits for the next recovery, under what was
+                # written meanwhile (newer).
+                with self._lock:
+                    for unsent, older in items[at:]:
+                        later = self._pending.pop(unsent, None)
+                        if later is not None:
+                            older.clear = older.clear or later.clear
+                            if later.clear:
+                                older.tools = {}
+                            older.tools.update(later.tools)
+                        self._pending[unsent] = older
                 return
 
     async def _send(self, identity: str, waiting: _Waiting) -> bool:

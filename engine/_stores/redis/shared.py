@@ -65,16 +65,16 @@ class _SessionStore(_Reporting, RedisSessionStore):
     pass
 
 
-class _LearningStore(_Reporting, RedisLearningStore):
-    pass
-
-
 class RedisStores(metaclass=NoPublicConstructor):
     """One node's view of the fleet's Redis (made by ``open_redis_stores``).
 
     Attributes:
         stores: the ``Stores`` to pass to ``open_engine``.
         node: this node's name in the event and catalogue streams.
+        learning: the shared learned evidence (``from_redis``: tools whose evidence Redis
+            answered).
+        fast_tier: the shared fast-tier folder (``fetched``, ``shared``: folders this node
+            fetched, versions it wrote).
     """
 
     _way_in = "toolroute.redis.open_redis_stores(url)"
@@ -112,7 +112,7 @@ class RedisStores(metaclass=NoPublicConstructor):
             ttl_s=memory.cache_ttl_s,
         )
         # Learned evidence outlives the process on this node only where the caches do.
-        self.learning = _LearningStore(
+        self.learning = RedisLearningStore(
             link, LearningCache(near / "learning") if near is not None else MemoryLearningStore()
         )
         self.fast_tier = RedisFastTierStore(link)

@@ -58,6 +58,7 @@ class Warmup:
     fast_tier_s: float  # open_engine to the fast tier open (it opens in the background)
     vectors_from_redis: int
     fast_tier_fetched: int
+    fast_tier_bytes: int  # the fast tier's cache folder, as shared
 
 
 async def timed_warmup(catalog: Catalog, url: str, directory: Path, embedder: Any) -> Warmup:
@@ -79,6 +80,7 @@ async def timed_warmup(catalog: Catalog, url: str, directory: Path, embedder: An
         fast_tier_s=fast_tier_s,
         vectors_from_redis=shared.embeddings.from_redis,
         fast_tier_fetched=shared.fast_tier.fetched,
+        fast_tier_bytes=sum(p.stat().st_size for p in (directory / "fast-tier").rglob("*.*")),
     )
 
 
@@ -108,6 +110,7 @@ async def warmup(server: RedisServer, root: Path, sizes: list[int]) -> None:
         print(
             f"  {'':16s} new replica: {warm.vectors_from_redis} vectors read from Redis,"
             f" fast tier fetched: {bool(warm.fast_tier_fetched)}"
+            f" ({warm.fast_tier_bytes / 1e6:.1f} MB)"
         )
 
 

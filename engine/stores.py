@@ -15,6 +15,7 @@ does not change.
 from ._core.public import publish as _publish
 from ._core.stores import EmbeddingStore as EmbeddingStore
 from ._core.stores import EnrichmentStore as EnrichmentStore
+from ._core.stores import FastTierStore as FastTierStore
 from ._core.stores import LearnedExample as LearnedExample
 from ._core.stores import LearningStore as LearningStore
 from ._core.stores import RoutingCache as RoutingCache
@@ -33,6 +34,7 @@ __all__ = [
     "EmbeddingStore",
     "EnrichmentCache",
     "EnrichmentStore",
+    "FastTierStore",
     "LearnedExample",
     "LearningCache",
     "LearningStore",

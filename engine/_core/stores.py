@@ -96,6 +96,25 @@ class LearningStore(Protocol):
         ...
 
 
+@runtime_checkable
+class FastTierStore(Protocol):
+    """The fast tier's cache folder (``cache_dir/fast-tier/<model sha256>/``: statistics and
+    table, never request text) shared beyond this node, the folder its near tier.
+    Synchronous (called from the tier's background thread). Never raises for storage
+    trouble: a fetch that cannot be made leaves the folder as it is (the tier is built
+    locally), a share that cannot be made is retried later or dropped."""
+
+    def fetch(self, model_sha256: str, folder: str) -> bool:
+        """Fill ``folder`` with the shared files of ``model_sha256``'s tier unless ``folder``
+        already holds as much (its manifest counts at least as many learned texts);
+        whether it did."""
+        ...
+
+    def share(self, model_sha256: str, folder: str) -> None:
+        """Offer the files ``folder``'s manifest vouches for as the shared tier."""
+        ...
+
+
 @attrs.define
 class SessionState:
     """What toolroute remembers about one agent conversation between steps.
@@ -203,6 +222,8 @@ class Stores:
         learning: example requests and learned evidence per tool (disk files under
             ``config.cache_dir``'s ``learning`` folder by default; in memory with caching
             off).
+        fast_tier: where the fast tier's cache folder is shared beyond this node (none by
+            default: each node builds its own in ``config.cache_dir``).
     """
 
     embeddings: EmbeddingStore | None = None
@@ -210,3 +231,4 @@ class Stores:
     sessions: SessionStore | None = None
     routing: RoutingCache[object] | None = None
     learning: LearningStore | None = None
+    fast_tier: FastTierStore | None = None

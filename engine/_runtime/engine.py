@@ -24,7 +24,7 @@ from .._core.protocols import BuildsFastTier, FastTierModel
 from .._core.recall.index import RecallIndex
 from .._core.select.arguments import served_catalog
 from .._core.select.toolsets import ToolSet
-from .._core.stores import ReportsEvents, Stores
+from .._core.stores import FastTierStore, ReportsEvents, Stores
 from .._decisions.hosts import require_trio
 from .._stores.local import EngineStores, cache_directory, local_stores
 from .catalog_changes import checked_sets, dedupe_catalog, served
@@ -37,6 +37,7 @@ from .learning import Learning
 from .recall import Recall
 from .selector import FROM_CONFIG, FromConfig, Selector
 from .server_router import ServerRouter
+from .shared_fast_tier import open_shared_fast_tier
 from .snapshot import Snapshot
 from .steps import Steps, StepSelection
 from .supervisor import run_supervised
@@ -261,7 +262,7 @@ def _assemble(
         cpu=cpu,
         publish=hub.publish,
         query_cache=config.load.query_cache,
-        fast_tier=_fast_tier_service(embedder, config, workers, hub),
+        fast_tier=_fast_tier_service(embedder, config, workers, hub, stores.fast_tier),
         budget_s=config.load.budget_s,
         learned=learning.applied if learning is not None else None,
     )
@@ -313,10 +314,15 @@ def _assemble(
 
 
 def _fast_tier_service(
-    embedder: Embedder | None, config: EngineConfig, workers: WorkerCalls, hub: EventHub
+    embedder: Embedder | None,
+    config: EngineConfig,
+    workers: WorkerCalls,
+    hub: EventHub,
+    shared: FastTierStore | None = None,
 ) -> FastTierService | None:
     """The fast tier for ``embedder``, if it can build one (``BuildsFastTier``), with caching
-    on (without a cache every start would fit the catalogue again)."""
+    on (without a cache every start would fit the catalogue again), its cache folder shared
+    through ``shared`` when given."""
     directory = cache_directory(config)
     candidate: object = embedder  # a capability of its own, not a kind of ``Embedder``
     if not config.load.fast_tier or directory is None or not isinstance(candidate, BuildsFastTier):
@@ -325,6 +331,8 @@ def _fast_tier_service(
 
     def opener(index: RecallIndex, should_stop: Callable[[], bool]) -> FastTierModel:
         assert index.vectors is not None
+        if shared is not None:
+            return open_shared_fast_tier(builder, directory, shared, index, should_stop, config)
         return builder.open_fast_tier(
             cache_dir=str(directory),
             tool_texts=index.embedding_texts(),

@@ -142,8 +142,9 @@ def _encoded(identity: str, tool_id: str, entries: Sequence[LearnedExample]) -> 
     return buffer.getvalue()
 
 
-def _read(path: Path, identity: str) -> tuple[str, tuple[LearnedExample, ...]] | str:
-    """The tool id and entries in ``path``, or a sentence saying why they cannot be used."""
+def _read(path: Path | io.BytesIO, identity: str) -> tuple[str, tuple[LearnedExample, ...]] | str:
+    """The tool id and entries in ``path`` (a file, or a file's bytes a shared store read),
+    or a sentence saying why they cannot be used."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if str(data["identity"]) != identity:

@@ -10,6 +10,7 @@ from .._core.config import EngineConfig
 from .._core.stores import (
     EmbeddingStore,
     EnrichmentStore,
+    FastTierStore,
     LearningStore,
     RoutingCache,
     SessionStore,
@@ -40,6 +41,7 @@ class EngineStores:
     sessions: SessionStore
     routing: RoutingCache[object]
     learning: LearningStore
+    fast_tier: FastTierStore | None = None  # none: the fast tier stays in this node's cache
 
 
 def local_stores(config: EngineConfig, given: Stores | None = None) -> EngineStores:
@@ -81,4 +83,5 @@ def local_stores(config: EngineConfig, given: Stores | None = None) -> EngineSto
         sessions=sessions,
         routing=routing,
         learning=learning,
+        fast_tier=given.fast_tier,
     )

@@ -62,7 +62,11 @@ class StubTier:
 
 
 def stub_fast_tier(
-    embedder: object, config: EngineConfig, workers: WorkerCalls, hub: object
+    embedder: object,
+    config: EngineConfig,
+    workers: WorkerCalls,
+    hub: object,
+    shared: object = None,
 ) -> FastTierService:
     def opener(index: ToolIndex, should_stop: Callable[[], bool]) -> StubTier:
         return StubTier()

@@ -141,6 +141,7 @@ STORES = {
     "EmbeddingStore",
     "EnrichmentCache",
     "EnrichmentStore",
+    "FastTierStore",
     "LearnedExample",
     "LearningCache",
     "LearningStore",

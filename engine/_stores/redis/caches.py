@@ -49,7 +49,9 @@ def _hmget(key: str, fields: Sequence[bytes]) -> Command[tuple[bytes | None, ...
     return command
 
 
-def _hset(key: str, values: Mapping[bytes, bytes] | Mapping[str, str]) -> Command[int]:
+def _hset(
+    key: str, values: Mapping[bytes, bytes] | Mapping[str, str] | Mapping[str, bytes]
+) -> Command[int]:
     fields: dict[str | bytes, str | bytes] = {k: v for k, v in values.items()}  # noqa: C416
 
     async def command(client: coredis.Redis[bytes]) -> int:

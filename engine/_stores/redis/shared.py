@@ -20,10 +20,13 @@ from ..._core.public import NoPublicConstructor
 from ..._core.stores import Stores
 from ..embedding_cache import EmbeddingCache
 from ..enrichment_cache import EnrichmentCache
+from ..learning import LearningCache, MemoryLearningStore
 from ..local import cache_directory
 from ..routing_cache import MemoryRoutingCache
 from ..sessions import MemorySessionStore
 from .caches import RedisEmbeddingStore, RedisEnrichmentStore
+from .fast_tier import RedisFastTierStore
+from .learning import RedisLearningStore
 from .link import RedisLink, RedisStatistics
 from .sessions import RedisRoutingCache, RedisSessionStore, RoutingCodec
 from .streams import CatalogFeed, EventPublisher
@@ -68,6 +71,10 @@ class RedisStores(metaclass=NoPublicConstructor):
     Attributes:
         stores: the ``Stores`` to pass to ``open_engine``.
         node: this node's name in the event and catalogue streams.
+        learning: the shared learned evidence (``from_redis``: tools whose evidence Redis
+            answered).
+        fast_tier: the shared fast-tier folder (``fetched``, ``shared``: folders this node
+            fetched, versions it wrote).
     """
 
     _way_in = "toolroute.redis.open_redis_stores(url)"
@@ -104,9 +111,19 @@ class RedisStores(metaclass=NoPublicConstructor):
             codec,
             ttl_s=memory.cache_ttl_s,
         )
+        # Learned evidence outlives the process on this node only where the caches do.
+        self.learning = RedisLearningStore(
+            link, LearningCache(near / "learning") if near is not None else MemoryLearningStore()
+        )
+        self.fast_tier = RedisFastTierStore(link)
         self.embeddings = embeddings
         self.stores = Stores(
-            embeddings=embeddings, enrichment=enrichment, sessions=self.sessions, routing=routing
+            embeddings=embeddings,
+            enrichment=enrichment,
+            sessions=self.sessions,
+            routing=routing,
+            learning=self.learning,
+            fast_tier=self.fast_tier,
         )
         self._events = EventPublisher(link, node, maxlen=stream_maxlen)
         link.on_resync(self._events.flush, self._events.pending)

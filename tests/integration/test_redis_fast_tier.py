@@ -49,16 +49,6 @@ def _collect_failed_connections() -> Iterator[None]:
     gc.collect()  # their warnings come now, under this module's filter, not at exit
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def write_tier_folder(folder: Path, texts: int, *, size: int = 1_300_000) -> dict[str, bytes]:
     """A folder as the fast tier saves it: files, then the manifest vouching for them (the
     larger file spans several of the store's chunks)."""

@@ -48,16 +48,6 @@ def _collect_failed_connections() -> Iterator[None]:
 
 
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
     between = FaultProxy(redis_server.port)
     try:

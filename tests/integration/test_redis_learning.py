@@ -65,16 +65,6 @@ def _collect_failed_connections() -> Iterator[None]:
     gc.collect()  # their warnings come now, under this module's filter, not at exit
 
 
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @asynccontextmanager
 async def open_node(
     url: str, directory: Path, *, keep_text: bool = False, **options: Any

@@ -8,7 +8,6 @@ binary is not installed; CI installs it). Time bounds are loose: the machine is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,16 +24,6 @@ from toolroute.redis import open_event_consumer, open_redis_stores
 from toolroute.testing import ScriptedDecider
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def test_a_new_node_reads_the_vectors_another_node_embedded(

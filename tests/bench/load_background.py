@@ -82,7 +82,7 @@ async def first_engine(catalog: Catalog, embedder: MiniLMEmbedder, cache_dir: Pa
                            decider=None) as engine:  # fmt: skip
         cpu, wall = time.process_time(), time.perf_counter()
         with trio.fail_after(600):
-            while not engine.statistics.fast_tier_open:  # noqa: ASYNC110
+            while not engine.statistics().recall.fast_tier_open:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         return time.process_time() - cpu, time.perf_counter() - wall
 
@@ -94,7 +94,7 @@ async def leave_after(catalog: Catalog, embedder: MiniLMEmbedder, cache_dir: Pat
     async with open_engine(catalog, config=config_for(cache_dir), embedder=embedder,
                            decider=None) as engine:  # fmt: skip
         await trio.sleep(delay)
-        building = not engine.statistics.fast_tier_open
+        building = not engine.statistics().recall.fast_tier_open
         started = time.perf_counter()
     return time.perf_counter() - started, building
 

@@ -158,7 +158,7 @@ async def measure(
     async with open_engine(catalog, config=config, embedder=embedder, decider=None) as engine:
         with trio.fail_after(300):
             # The public statistics are all a host sees; poll them.
-            while fast_tier and not engine.statistics.fast_tier_open:  # noqa: ASYNC110
+            while fast_tier and not engine.statistics().recall.fast_tier_open:  # noqa: ASYNC110
                 await trio.sleep(0.05)
         for query in test[:5]:  # the batcher measures the model's time per request
             await one_select(engine, query)
@@ -168,7 +168,7 @@ async def measure(
             one_rate, one = await callers(engine, throughput_queries, 1)
             many_rate, many = await callers(engine, throughput_queries, CALLERS)
             out["throughput"] = (one_rate, summary(one), many_rate, summary(many))
-        out["ready"] = engine.statistics.fast_tier_ready
+        out["ready"] = engine.statistics().recall.fast_tier_ready
     return out
 
 

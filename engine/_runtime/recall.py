@@ -243,6 +243,7 @@ class Recall:
         # the caller's cancel scope can end the call, and a loop of selects lets others run.
         if checkpoint:
             await trio.lowlevel.checkpoint()
+        _VECTOR_ARRIVED.set(None)  # nothing of an earlier request that failed is measured
         chosen = chosen_strategy(strategy, has_embedder=self._embedder is not None, strict=False)
         if self._learned is not None:
             index = self._learned(index)
@@ -272,7 +273,10 @@ class Recall:
         arrived = _VECTOR_ARRIVED.get()
         if arrived is not None:
             _VECTOR_ARRIVED.set(None)
-            self.loop_time.measured(trio.current_time() - arrived)
+            # A request that held the loop longer than the deadline says nothing more about
+            # the next ones (a paused process, a huge request): at most one deadline counts.
+            spent = min(trio.current_time() - arrived, self._deadline)
+            self.loop_time.measured(spent)
 
     async def _embed_query(self, query: str) -> tuple[Vectors | None, str]:
         """The request's vector and, when it is not the full tier's, why (the rung taken)."""

@@ -395,6 +395,10 @@ async def test_the_loop_time_is_measured_from_the_vector_to_the_finished_request
         assert harness.recall.loop_time.seconds == pytest.approx(0.02)
         harness.recall.finished()  # once per request: a second call measures nothing
         assert harness.recall.loop_time.seconds == pytest.approx(0.02)
+        await harness.rank("weather in Bergen")
+        await trio.sleep(60)  # a paused process: counts as one deadline at most
+        harness.recall.finished()
+        assert harness.recall.loop_time.seconds <= 0.02 + 0.2 * BUDGET
 
 
 async def test_a_new_engines_first_burst_waits_for_the_model_only_with_its_first_wave(

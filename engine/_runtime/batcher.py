@@ -39,11 +39,13 @@ class BatcherLoad:
         return (self.outstanding + 1) * self.seconds_per_text
 
     def measured(self, seconds: float, texts: int) -> None:
-        per_text = seconds / max(texts, 1)
-        if self.seconds_per_text == 0.0:
-            self.seconds_per_text = per_text
-        else:
-            self.seconds_per_text += _EWMA_WEIGHT * (per_text - self.seconds_per_text)
+        self.seconds_per_text = ewma(self.seconds_per_text, seconds / max(texts, 1), _EWMA_WEIGHT)
+
+
+def ewma(current: float, sample: float, weight: float) -> float:
+    """``current`` moved ``weight`` of the way to ``sample``; the first sample (``current``
+    0, nothing measured yet) is taken whole."""
+    return sample if current == 0.0 else current + weight * (sample - current)
 
 
 @attrs.frozen

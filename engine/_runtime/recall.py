@@ -38,7 +38,7 @@ from .._core.select.plan import (
     needs_request_vector,
 )
 from .._core.select.selection import Ranking, Strategy
-from .batcher import QueryBatcher
+from .batcher import QueryBatcher, ewma
 from .fast_tier_service import FastTierService
 from .query_cache import QueryCache
 from .workers import WorkerCalls
@@ -79,10 +79,7 @@ class LoopTime:
         self.seconds = 0.0
 
     def measured(self, seconds: float) -> None:
-        if self.seconds == 0.0:
-            self.seconds = seconds
-        else:
-            self.seconds += _LOOP_EWMA_WEIGHT * (seconds - self.seconds)
+        self.seconds = ewma(self.seconds, seconds, _LOOP_EWMA_WEIGHT)
 
     def model_wait(self, deadline_s: float, ahead: int) -> float:
         """How long a request with ``ahead`` requests before it in the model's queue may

@@ -9,8 +9,9 @@ does not use it.
 
 Background work (the build, every fit) runs in a thread of its own at the lowest CPU
 priority (``at_low_priority``), so a foreground request's model call wins any contest for a
-core, and it stops between its steps once the engine is leaving (``WorkerCalls.closing``):
-shutdown never waits for a fit. The service runs under the engine's supervisor.
+core; between its steps it stands aside while public calls are in flight (``FOREGROUND``:
+a CPU priority does not share the interpreter), and it stops once the engine is leaving
+(``WorkerCalls.closing``): shutdown never waits for a fit. The service runs under the engine's supervisor.
 
 Every request the full tier answers is a free training pair. Pairs wait in memory (at most
 ``load.learn_buffer``; the oldest go first) and are learned and refitted in a worker thread;
@@ -37,6 +38,7 @@ from .._core.config import LoadConfig
 from .._core.events import Event, FailOpen
 from .._core.protocols import FastTierModel as FastTierModel
 from .._core.recall.index import RecallIndex, brief
+from .foreground import FOREGROUND
 from .workers import EngineClosing, WorkerCalls
 
 Vectors = npt.NDArray[np.float32]
@@ -44,6 +46,9 @@ T = TypeVar("T")
 
 #: ``opener(index, should_stop)``: the fast tier for ``index``'s tool vectors (background).
 Opener = Callable[[RecallIndex, Callable[[], bool]], FastTierModel]
+
+#: Served requests learned between two ``should_stop`` calls of a fit.
+_LEARN_SLICE: Final = 128
 
 #: The nice value of background threads: the lowest priority an unprivileged thread can take.
 BACKGROUND_NICE: Final = 19
@@ -181,7 +186,11 @@ class FastTierService:
         await self._learn_forever(index_of)
 
     def _stopping(self) -> bool:
-        """Asked by background work between its steps (from its thread)."""
+        """Asked by background work between its steps (from its thread): it waits while
+        public calls are in flight (``FOREGROUND``), then says whether the engine is leaving."""
+        return FOREGROUND.stand_aside(self._is_closing)
+
+    def _is_closing(self) -> bool:
         return self._workers.closing
 
     async def _learn_forever(self, index_of: Callable[[], RecallIndex]) -> None:
@@ -224,8 +233,12 @@ class FastTierService:
         """In the background: learn (milliseconds), then refit and persist when due."""
         if index is not None and index.vectors is not None:
             tier.learn_tools(index.embedding_texts(), index.vectors.matrix)
-        if pairs:
-            tier.learn([text for text, _ in pairs], np.stack([v for _, v in pairs]))
+        # In slices, standing aside between them (a slice: a few ms of interpreter time).
+        for first in range(0, len(pairs), _LEARN_SLICE):
+            if should_stop():
+                return
+            part = pairs[first : first + _LEARN_SLICE]
+            tier.learn([text for text, _ in part], np.stack([v for _, v in part]))
         if refit:
             tier.refit(should_stop=should_stop)
             tier.save()

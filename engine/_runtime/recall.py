@@ -87,6 +87,14 @@ class LoopTime:
         return max(0.0, deadline_s - self.seconds * ahead)
 
 
+def request_batch(embedder: Embedder) -> int:
+    """Requests per model call: the embedder's ``query_batch`` when it names one, else its
+    ``max_batch``. A model on the CPU gains little from a batch, and every request in one
+    waits for the longest: a batch of 15 of a burst's requests missed the deadline together
+    where batches of 2 answered 10-12 of them in time (``tests/bench/bench_burst.py``)."""
+    return max(1, int(getattr(embedder, "query_batch", 0) or embedder.max_batch))
+
+
 class _Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors: ...
 
@@ -179,7 +187,7 @@ class Recall:
             self._batcher = QueryBatcher(
                 self._embed_batch,
                 workers.run,
-                max_batch=max(1, int(embedder.max_batch)),
+                max_batch=request_batch(embedder),
                 limiter=cpu,
             )
 

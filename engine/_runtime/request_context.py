@@ -25,6 +25,7 @@ import attrs
 
 from .._core.events import Event, FailOpen
 from . import telemetry
+from .foreground import FOREGROUND
 from .telemetry import RequestSpan
 
 __all__ = [
@@ -74,20 +75,22 @@ def current() -> RequestTag | None:
 
 @contextmanager
 def open_request(operation: str, session: str | None = None) -> Iterator[RequestTag]:
-    """A new request id for ``operation``, current for the block (with its span)."""
+    """A new request id for ``operation``, current for the block (with its span); the
+    block counts as foreground work (``FOREGROUND``)."""
     request_id = new_request_id()
-    if not telemetry.active():  # the common case, on every step: no span machinery
-        tag = RequestTag(operation, request_id, session)
-        token = _current.set(tag)
-        try:
-            yield tag
-        finally:
-            _current.reset(token)
-        return
-    with telemetry.request_span(operation, request_id, session) as span:
-        tag = RequestTag(operation, request_id, session, span)
-        with serving(tag):
-            yield tag
+    with FOREGROUND.serving():  # background work stands aside until it ends
+        if not telemetry.active():  # the common case, on every step: no span machinery
+            tag = RequestTag(operation, request_id, session)
+            token = _current.set(tag)
+            try:
+                yield tag
+            finally:
+                _current.reset(token)
+            return
+        with telemetry.request_span(operation, request_id, session) as span:
+            tag = RequestTag(operation, request_id, session, span)
+            with serving(tag):
+                yield tag
 
 
 @contextmanager

@@ -93,6 +93,11 @@ class MiniLMEmbedder:
         model_sha256: the pinned hash ``model_path`` must have.
         tokenizer_sha256: the pinned hash ``tokenizer_path`` must have.
         max_batch: texts per forward pass.
+        query_batch: requests per forward pass when the engine embeds requests (its
+            ``max_batch`` is for the catalogue's warm-up). On the CPU a batch of requests
+            saves little and makes every request in it wait for the longest: in a burst of
+            200 BFCL requests a batch of 15 missed the deadline whole, batches of 2 answered
+            most of them in time (``tests/bench/bench_burst.py``).
         threads: ONNX Runtime intra-op threads per session; by default
             ``min(os.cpu_count(), 4)`` divided among the sessions.
         sessions: ONNX sessions run side by side, each serving one call at a time.
@@ -130,6 +135,7 @@ class MiniLMEmbedder:
 
     dim: int
     max_batch: int
+    query_batch: int
     identity: str
 
     def __init__(
@@ -140,11 +146,14 @@ class MiniLMEmbedder:
         model_sha256: str = MINILM_MODEL_SHA256,
         tokenizer_sha256: str = MINILM_TOKENIZER_SHA256,
         max_batch: int = 16,
+        query_batch: int = 2,
         threads: int | None = None,
         sessions: int = 1,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if query_batch < 1:
+            raise ValueError(f"query_batch must be at least 1, got {query_batch}")
         if sessions < 1:
             raise ValueError(f"sessions must be at least 1, got {sessions}")
         # onnxruntime >= 1.2x writes a telemetry device id under ~/.cache/Microsoft
@@ -228,6 +237,7 @@ class MiniLMEmbedder:
         self.model_sha256 = model_sha256.lower()
         self.tokenizer_sha256 = tokenizer_sha256.lower()
         self.max_batch = max_batch
+        self.query_batch = query_batch
         #: Word pieces the model reads of one text, its two special tokens excluded.
         self.reach = _MAX_TOKENS - 2
         self.identity = f"all-MiniLM-L6-v2-int8:{model_sha256.lower()[:16]}"

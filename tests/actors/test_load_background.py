@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from toolroute import Catalog, EngineConfig
-from toolroute._core.config import WarmupConfig
+from toolroute._core.config import Deadlines, WarmupConfig
 from toolroute._core.events import Event, ServiceRestarted
 from toolroute._core.protocols import BuildsFastTier, FastTierModel
 from toolroute._runtime.engine import open_engine
@@ -72,6 +72,7 @@ class Builder(ScriptedEmbedder):
         self.crash, self.spin = crash, spin
         self.stopped = threading.Event()
         self.spinning = threading.Event()
+        self.steps = 0  # steps of the spinning build that went on
 
     def open_fast_tier(
         self,
@@ -90,6 +91,7 @@ class Builder(ScriptedEmbedder):
             if should_stop():
                 self.stopped.set()
                 raise RuntimeError("stopped: the engine is leaving")
+            self.steps += 1
             time.sleep(0.005)
         crash, self.crash = self.crash, False  # the restarted service builds a sound one
         return Tier(ScriptedEmbedder(dim=32), crash=crash)
@@ -150,6 +152,74 @@ async def test_leaving_an_engine_stops_a_build_between_its_steps(tmp_path: Path)
     left_after = time.monotonic() - leaving
     assert builder.stopped.is_set()
     assert left_after < SHUTDOWN_GRACE_S / 2
+
+
+class SlowRequests(Builder):
+    """A ``Builder`` whose request embeddings wait (in their worker thread) for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__(spin=True)
+        self.release = threading.Event()
+        self.waiting = threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if "a slow request" in texts:
+            self.waiting.set()
+            self.release.wait(60)
+        return super().embed(texts)
+
+
+async def test_background_work_stands_aside_while_a_request_is_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Real threads: the build's steps stop while a select waits for its model, and go on
+    once it has answered. The pause is only observed, never timed tightly: a broken stand-aside
+    makes the build take steps during the 0.3 s looked at (it takes one every ~5 ms)."""
+    builder = SlowRequests()
+    config = EngineConfig(
+        cache_dir=str(tmp_path), warmup=WarmupConfig(wait=True), deadlines=Deadlines(embed_s=60)
+    )
+    async with open_engine(TOOLS, config=config, embedder=builder) as engine:
+        await trio.to_thread.run_sync(builder.spinning.wait, 30)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(engine.select, "a slow request")
+            await trio.to_thread.run_sync(builder.waiting.wait, 30)
+            await trio.sleep(0.1)  # a step already past its check may finish
+            before = builder.steps
+            await trio.sleep(0.3)
+            assert builder.steps == before  # stood aside
+            builder.release.set()
+        resumed = builder.steps
+        with trio.fail_after(30):
+            while builder.steps == resumed:  # noqa: ASYNC110 (a thread's counter)
+                await trio.sleep(0.01)
+    assert builder.stopped.is_set()  # and it still stopped when the engine left
+
+
+async def test_background_work_run_inline_never_waits_for_the_loop_it_runs_on() -> None:
+    from toolroute._runtime.foreground import Foreground
+
+    foreground = Foreground()
+    with foreground.serving():
+        assert foreground.busy()
+        assert foreground.stand_aside(lambda: False) is False  # returns at once, inline
+        assert foreground.stand_aside(lambda: True) is True
+
+
+def test_a_background_thread_waits_until_the_foreground_is_quiet() -> None:
+    from toolroute._runtime.foreground import Foreground
+
+    foreground = Foreground(quiet_s=0.05)
+    went_on = threading.Event()
+    with foreground.serving():
+        thread = threading.Thread(
+            target=lambda: foreground.stand_aside(lambda: False) or went_on.set()
+        )
+        thread.start()
+        assert not went_on.wait(0.3)  # waits while a call is in flight
+    assert went_on.wait(30)  # and goes on after the quiet time
+    thread.join()
+    assert not foreground.busy()
 
 
 def test_background_work_runs_in_a_fresh_thread_and_hands_back_its_result() -> None:

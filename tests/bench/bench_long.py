@@ -15,7 +15,8 @@
   tool texts) answers when its best fused score clears ``FAST_TIER_FLOOR``, else the full
   model. Prints the floor chosen on the dev splits (the largest share answered by the fast
   tier with every dataset's dev hit@5 within 0.3 points of the full model), hit@5 of every
-  dataset's dev and test split with the paired bootstrap against the full model, and adds
+  dataset's dev and test split at that floor with the paired bootstrap against the full
+  model — the fast tier's vector fused by the model's weights and by its own — and adds
   the cascade to the latency alternation.
 - ``--choose``: the dev-split sweep the parts rule was chosen by (max parts, weighting).
 """
@@ -34,7 +35,6 @@ import numpy as np
 from toolroute import Catalog, ToolIndex
 from toolroute._bench.report import paired_bootstrap
 from toolroute._core.recall import parts
-from toolroute._core.recall.cascade import FAST_TIER_FLOOR
 from toolroute._core.select.plan import RequestVector
 from toolroute._core.select.selection import Strategy
 from toolroute.evaluate import Query, load_queries
@@ -218,12 +218,17 @@ def latency(root: Path, cache: Path, sample: int, rounds: int, cascade: bool) ->
 
 
 def cascade(root: Path, cache: Path) -> None:
-    """The floor of the cascade chosen on every dev split; dev and test hit@5 per dataset."""
+    """The floor of the cascade chosen on every dev split; dev and test hit@5 per dataset,
+    with the fast tier's vector fused by the model's weights and by its own (``FAST_TIER``)."""
     from toolroute.providers._embedders.fast_tier.tier import FastTier
 
     model = default_embedder()
     memo = Memo(model, counts=True)
-    rows: dict[str, dict[str, np.ndarray]] = {}
+    weightings: dict[str, Callable[[np.ndarray], RequestVector]] = {
+        "model's weights": RequestVector.full,
+        "fast tier's own weights": lambda v: RequestVector.stepped_down(v, "fast tier"),
+    }
+    rows: dict[str, dict[str, np.ndarray]] = {w: {} for w in weightings}
     for name, file in QUERY_FILES.items():
         catalog = Catalog.from_file(root / name / "tools.json")
         queries = load_queries(root / name / file)
@@ -238,16 +243,23 @@ def cascade(root: Path, cache: Path) -> None:
         full = index.query_vectors(texts)
         quick = fast.embed(texts)
         for split in ("dev", "test"):
-            table = []
+            tables: dict[str, list[tuple[float, bool, bool]]] = {w: [] for w in weightings}
             for q, f, v in zip(queries, full, quick, strict=True):
                 if q.split != split:
                     continue
                 by_full = recall.ranked(q.text, RequestVector.full(f), 10, Strategy.COMBINED)
-                by_fast = recall.ranked(q.text, RequestVector.full(v), 10, Strategy.COMBINED)
-                top = by_fast.scores[0] if by_fast.scores else -np.inf
-                both = hits([q, q], [by_full.tool_ids, by_fast.tool_ids])
-                table.append((top, both[0], both[1]))
-            rows[f"{name}/{split}"] = np.array(table)
+                for weighting, request in weightings.items():
+                    by_fast = recall.ranked(q.text, request(v), 10, Strategy.COMBINED)
+                    top = by_fast.scores[0] if by_fast.scores else -np.inf
+                    both = hits([q, q], [by_full.tool_ids, by_fast.tool_ids])
+                    tables[weighting].append((top, both[0], both[1]))
+            for weighting, table in tables.items():
+                rows[weighting][f"{name}/{split}"] = np.array(table)
+    for weighting, table_rows in rows.items():
+        cascade_table(weighting, table_rows)
+
+
+def cascade_table(weighting: str, rows: dict[str, np.ndarray]) -> None:
     dev = {key: arr for key, arr in rows.items() if key.endswith("/dev")}
     pooled = np.concatenate([arr[:, 0] for arr in dev.values()])
     floor, share = float("inf"), 0.0
@@ -261,9 +273,8 @@ def cascade(root: Path, cache: Path) -> None:
         if holds and got > share:
             floor, share = float(candidate), got
     print(
-        f"## Cascade: floor chosen on the dev splits {floor:.3f} (answers {share:.0%} of dev "
-        f"requests from the fast tier); the library's FAST_TIER_FLOOR is "
-        f"{FAST_TIER_FLOOR}\n"
+        f"## Cascade, {weighting}: floor chosen on the dev splits {floor:.3f} (answers "
+        f"{share:.0%} of dev requests from the fast tier); test figures at that floor\n"
     )
     print(
         "| dataset / split | n | full model hit@5 | fast tier alone | cascade hit@5 "
@@ -271,7 +282,7 @@ def cascade(root: Path, cache: Path) -> None:
     )
     print("|---|---:|---:|---:|---:|---|---:|")
     for key, arr in rows.items():
-        answered = arr[:, 0] >= FAST_TIER_FLOOR
+        answered = arr[:, 0] >= floor
         mixed = np.where(answered, arr[:, 2], arr[:, 1])
         mean, lo, hi = paired_bootstrap(mixed, arr[:, 1])
         print(

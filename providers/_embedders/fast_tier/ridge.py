@@ -351,24 +351,16 @@ class _BagProduct:
 
 
 class _Checkpoint:
-    """Asks ``should_stop`` every ``_CHECK_EVERY`` calls (and at once on ``force``): a step
-    of the solve at the lowest priority on a loaded machine can take long, so the solve
-    stops inside its products too, not only between iterations."""
+    """Asks ``should_stop`` before every chunk of a product, not only between iterations:
+    it is how a background solve stands aside for foreground requests (a chunk is well under
+    a millisecond), and a step at the lowest priority on a loaded machine can take long."""
 
     def __init__(self, should_stop: Callable[[], bool] | None) -> None:
         self._should_stop = should_stop
-        self._calls = 0
 
-    def __call__(self, *, force: bool = True) -> None:
-        if self._should_stop is None:
-            return
-        self._calls += 1
-        if (force or self._calls % _CHECK_EVERY == 0) and self._should_stop():
+    def __call__(self) -> None:
+        if self._should_stop is not None and self._should_stop():
             raise Stopped("the ridge solve was stopped")
-
-
-#: Chunks of a product between two ``should_stop`` calls (a few ms of work at full speed).
-_CHECK_EVERY: Final = 16
 
 
 def _add_runs(
@@ -376,7 +368,7 @@ def _add_runs(
 ) -> None:
     """``out[targets[e]] += weights[e] * x[sources[e]]`` for entries sorted by target."""
     for start in range(0, targets.size, _CHUNK):
-        check(force=False)
+        check()
         into = targets[start : start + _CHUNK]
         terms = weights[start : start + _CHUNK, None] * x[sources[start : start + _CHUNK]]
         firsts = np.flatnonzero(np.r_[True, into[1:] != into[:-1]])

@@ -215,6 +215,12 @@ class LoadConfig:
     #: on every dev split at every amount of traffic (``tests/bench/fast_tier_threshold.py``),
     #: so it answers from the first request: a new engine's first burst is not keyword-only.
     min_served: int = attrs.field(default=0, validator=_non_negative)
+    #: Ask the fast tier first and the full model only where the fast tier is unsure: a
+    #: combined ranking whose best fused score clears ``FAST_TIER_FLOOR`` stands (applied,
+    #: not degraded). Chosen on the dev splits; on the test splits BFCL hit@5 +1.2 points,
+    #: MetaTool -0.3, 47 % / 17 % of requests answered without the model
+    #: (``tests/bench/bench_long.py --cascade``).
+    cascade: bool = attrs.field(default=True, validator=_flag)
     #: (request, vector) pairs held in memory until the next fit.
     learn_buffer: int = attrs.field(default=2048, validator=_at_least_one)
     #: Served pairs that trigger a fit (in a worker thread; the old table serves meanwhile).

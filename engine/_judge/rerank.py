@@ -298,6 +298,7 @@ def reranked_ranking(ranking: Ranking, result: RerankResult) -> Ranking:
             outcome=ranking.outcome,
             reason=ranking.reason,
             baseline=0.0,
+            tier=ranking.tier,
         )
     kept = ranking.only(result.tool_ids)
     verdict = combined_verdict(Verdict(ranking.outcome, ranking.reason), result_verdict(result))

@@ -62,7 +62,7 @@ class FastFirst:
             return [None] * len(queries)
         out: list[RequestVector | None] = []
         for query, vector in zip(queries, vectors, strict=True):
-            request = RequestVector.full(vector)
+            request = RequestVector.sure(vector)
             top = index.ranked(query, request, 1, Strategy.COMBINED)
             out.append(request if fast_ranking_stands(top.scores, self.floor) else None)
         return out

@@ -265,6 +265,7 @@ def _assemble(
         fast_tier=_fast_tier_service(embedder, config, workers, hub, stores.fast_tier),
         budget_s=config.load.budget_s,
         learned=learning.applied if learning is not None else None,
+        cascade=config.load.cascade,
     )
     decisions = DecisionService(decider, config.decision.concurrency, hub.publish)
     router = ServerRouter(

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import trio
 
 from .._core.events import Event, FailOpen
+from .._core.recall.cascade import fast_ranking_stands
 from .._core.recall.index import RecallIndex, brief, checked_query_vectors
 from .._core.recall.parts import request_vectors
 from .._core.recall.plan import (
@@ -119,6 +120,8 @@ class RecallStatistics:
         query_cache_misses: lookups that missed it.
         full_tier: requests answered with a fresh full-model vector.
         fast_tier: requests answered from the fast tier (``degraded``).
+        fast_tier_sure: requests whose fast-tier ranking was sure enough to stand without
+            the full model (``load.cascade``; ``applied``, not degraded).
         keyword_only: requests that needed a vector and got keyword-only recall.
         fast_tier_open: whether the fast tier is built (it may still need traffic to answer).
         fast_tier_ready: whether the fast tier may answer now.
@@ -130,6 +133,7 @@ class RecallStatistics:
     full_tier: int
     fast_tier: int
     keyword_only: int
+    fast_tier_sure: int
     fast_tier_open: bool
     fast_tier_ready: bool
     fast_tier_served: int
@@ -155,6 +159,8 @@ class Recall:
         budget_s: predicted wait past which the fast tier answers at once (default: half the
             embed deadline, ``DEFAULT_BUDGET_SHARE``).
         learned: the index with the learning service's evidence (``Learning.applied``).
+        cascade: let a fast-tier ranking that is sure enough stand without the full model
+            (``fast_ranking_stands``; catalogues scored on the loop only).
     """
 
     def __init__(
@@ -169,14 +175,16 @@ class Recall:
         fast_tier: FastTierService | None = None,
         budget_s: float | None = None,
         learned: Callable[[RecallIndex], RecallIndex] | None = None,
+        cascade: bool = False,
     ) -> None:
         self._embedder = embedder
+        self._cascade = cascade
         self._learned = learned
         self._deadline = embed_deadline_s
         self._budget = embed_deadline_s * DEFAULT_BUDGET_SHARE if budget_s is None else budget_s
         self._cache = QueryCache(query_cache)
         self._fast = fast_tier
-        self._answers = {"full": 0, "fast": 0, "keyword": 0}
+        self._answers = {"full": 0, "fast": 0, "sure": 0, "keyword": 0}
         self._workers = workers
         self._cpu = cpu
         self._publish = publish
@@ -208,6 +216,7 @@ class Recall:
             full_tier=self._answers["full"],
             fast_tier=self._answers["fast"],
             keyword_only=self._answers["keyword"],
+            fast_tier_sure=self._answers["sure"],
             fast_tier_open=self._fast is not None and self._fast.is_open,
             fast_tier_ready=self._fast is not None and self._fast.usable is not None,
             fast_tier_served=self._fast.served if self._fast is not None else 0,
@@ -256,8 +265,15 @@ class Recall:
         reason = index.degraded_reason or ("warming up" if warming else "")
         wanted = needs_request_vector(query, chosen, tool_vectors=index.vectors_verdict)
         if wanted and index.vectors is not None and self._batcher:
+            assert self._embedder is not None
             self._dim = index.vectors.dim
-            vector, reason = await self._embed_query(query)
+            owner = (str(self._embedder.identity), self._dim)
+            cached = self._cache.get(query, owner)
+            if cached is None and chosen is Strategy.COMBINED:
+                standing = self._sure_fast_ranking(index, query, k)
+                if standing is not None:
+                    return standing
+            vector, reason = await self._embed_query(query, cached, owner)
             _VECTOR_ARRIVED.set(trio.current_time())
         # The rung's answer as the planner reads it: no vector, the full tier's, or a step
         # down (a fast-tier vector ranks like any other, but the answer is degraded).
@@ -283,12 +299,27 @@ class Recall:
             spent = min(trio.current_time() - arrived, self._deadline)
             self.loop_time.measured(spent)
 
-    async def _embed_query(self, query: str) -> tuple[Vectors | None, str]:
+    def _sure_fast_ranking(self, index: RecallIndex, query: str, k: int) -> Ranking | None:
+        """The cascade: the fast tier's ranking when it is sure enough to stand, else
+        ``None`` (the full model reads the request, as without the cascade)."""
+        tier = self._fast.usable if self._cascade and self._fast is not None else None
+        if tier is None or len(index.catalog) >= SCORE_IN_THREAD_FROM:
+            return None
+        try:
+            vector = query_vectors(tier, [query], self._dim)[0]
+        except Exception:  # an optimisation only: the full model answers
+            return None
+        ranking = index.ranked(query, RequestVector.sure(vector), k, Strategy.COMBINED)
+        if not fast_ranking_stands(ranking.scores):
+            return None
+        self._answers["sure"] += 1
+        return ranking
+
+    async def _embed_query(
+        self, query: str, cached: Vectors | None, owner: tuple[str, int]
+    ) -> tuple[Vectors | None, str]:
         """The request's vector and, when it is not the full tier's, why (the rung taken)."""
         assert self._batcher is not None
-        assert self._embedder is not None
-        owner = (str(self._embedder.identity), self._dim)
-        cached = self._cache.get(query, owner)
         load = self._batcher.load
         step = first_rung(
             cached=cached is not None,

@@ -95,6 +95,7 @@ async def ladder(
     *,
     load: LoadConfig | None = None,
     deadline: float = BUDGET,
+    cascade: bool = False,
 ) -> AsyncIterator[Harness]:
     """Recall with its batcher and fast-tier service running, over an embedded index."""
     load = load or LoadConfig(min_served=100, refit_every=4)
@@ -118,6 +119,7 @@ async def ladder(
         query_cache=load.query_cache,
         fast_tier=service,
         budget_s=load.budget_s,
+        cascade=cascade,
     )
     assert recall.batcher is not None
     async with trio.open_nursery() as nursery:
@@ -417,3 +419,84 @@ async def test_a_new_engines_first_burst_waits_for_the_model_only_with_its_first
     assert len(at_once) == len(QUERIES) - 4
     assert all(w == 0 for _, w in at_once)
     assert "a first wave of 4" in at_once[0][0]
+
+
+# The cascade: the fast tier ranks first; a ranking sure enough stands without the model.
+SURE = "send an email message to a recipient"  # a tool's own words: fused score far above
+UNSURE = "zebra quantum marmalade"  # no word of any tool: fused score well below the floor
+OPENED = 1.0  # trio seconds: the fast tier opens through the scripted model's delay
+
+
+async def test_a_sure_fast_ranking_answers_without_the_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500), cascade=True) as harness:
+        await trio.sleep(OPENED)
+        ranked = await harness.recall.rank(harness.index, SURE, 3, None, warming=False)
+        waited_for = trio.current_time() - OPENED
+        stats = harness.recall.statistics()
+    assert (ranked.outcome, ranked.reason, ranked.tier) == (Outcome.APPLIED, "", "fast")
+    assert ranked.tool_ids[0] == "send_email"
+    assert waited_for == 0  # no model call
+    assert SURE not in model.texts
+    assert (stats.fast_tier_sure, stats.full_tier, stats.fast_tier) == (1, 0, 0)
+
+
+async def test_an_unsure_fast_ranking_waits_for_the_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500), cascade=True) as harness:
+        await trio.sleep(OPENED)
+        outcome, reason, waited = await harness.rank(UNSURE)
+        stats = harness.recall.statistics()
+    assert (outcome, reason) == (Outcome.APPLIED, "")
+    assert waited == pytest.approx(0.05)
+    assert UNSURE in model.texts
+    assert (stats.fast_tier_sure, stats.full_tier) == (0, 1)
+
+
+async def test_without_the_cascade_the_model_reads_every_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500), cascade=False) as harness:
+        await trio.sleep(OPENED)
+        outcome, _, waited = await harness.rank(SURE)
+        stats = harness.recall.statistics()
+    assert outcome is Outcome.APPLIED
+    assert waited == pytest.approx(0.05)
+    assert (stats.fast_tier_sure, stats.full_tier) == (0, 1)
+
+
+async def test_a_failing_fast_tier_leaves_the_cascade_to_the_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    tier = ScriptedFastTier(served=500, fail=True)
+    async with ladder(model, tier, cascade=True) as harness:
+        await trio.sleep(OPENED)
+        outcome, reason, waited = await harness.rank(SURE)
+        stats = harness.recall.statistics()
+    assert (outcome, reason) == (Outcome.APPLIED, "")  # an optimisation failed: no step down
+    assert waited == pytest.approx(0.05)
+    assert (stats.fast_tier_sure, stats.full_tier) == (0, 1)
+    assert not [e for e in harness.events if isinstance(e, FailOpen)]
+
+
+async def test_a_cached_vector_of_the_model_comes_before_the_cascade(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    load = LoadConfig(min_served=100, refit_every=4, query_cache=16)
+    tier = ScriptedFastTier(served=500)
+    async with ladder(model, tier, load=load, cascade=True) as harness:
+        await trio.sleep(OPENED)
+        tier.fail = True  # the cascade cannot answer: the model does, and its vector is cached
+        await harness.rank(SURE)
+        tier.fail = False
+        ranked = await harness.recall.rank(harness.index, SURE, 3, None, warming=False)
+        stats = harness.recall.statistics()
+    assert ranked.tier == "full"
+    assert (stats.query_cache_hits, stats.fast_tier_sure) == (1, 0)

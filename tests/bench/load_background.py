@@ -9,8 +9,9 @@ warm-up is quick and what follows ``ready()`` is the fast tier's work alone):
 - how long leaving the engine takes when it is left at once, or during the fit / the
   distillation;
 - a lone caller's ``select`` p50 on a warm engine, idle vs while a fit loops in the
-  background at the lowest priority (as the engine runs it) vs at normal priority, in
-  alternating blocks, and how many lone requests were answered below the full tier.
+  background as the engine runs it (the lowest priority, standing aside while a call is in
+  flight) vs at the lowest priority alone (before) vs at normal priority, in alternating
+  blocks, and how many lone requests were answered below the full tier.
 
     python tests/bench/bench_load.py --only 8 [--quick: the shipped table's rows only]
 """
@@ -33,6 +34,7 @@ from toolroute import Catalog, EngineConfig, ToolIndex
 from toolroute._core.config import LoadConfig, WarmupConfig
 from toolroute._runtime.engine import Engine, open_engine
 from toolroute._runtime.fast_tier_service import at_low_priority
+from toolroute._runtime.foreground import FOREGROUND
 from toolroute.evaluate import load_queries
 from toolroute.providers._embedders.fast_tier import files as _fast_tier_files
 from toolroute.providers._embedders.fast_tier import tier as _fast_tier
@@ -124,6 +126,12 @@ def solve_forms(
     return timings[0], timings[1], float(np.abs(rows[0] - rows[1]).max()), float(hits[0]), float(hits[1])
 
 
+def stand_aside(fn: Callable[..., Any], *args: Any) -> Any:
+    """How the engine runs background work: the lowest priority, and its steps stand aside
+    while a public call is in flight (``FOREGROUND``)."""
+    return at_low_priority(fn, *args)
+
+
 def hit(tool_ids: Sequence[str], query: Any) -> bool:
     found = set(tool_ids)
     return all(any(e in found for e in group) for group in query.groups)
@@ -139,7 +147,10 @@ class Refitting:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
-        refit = functools.partial(self._tier.refit, should_stop=self._stop.is_set)
+        stop = self._stop.is_set
+        if self._run is stand_aside:  # as the engine runs it: aside while a call is in flight
+            stop = functools.partial(FOREGROUND.stand_aside, self._stop.is_set)
+        refit = functools.partial(self._tier.refit, should_stop=stop)
         while not self._stop.is_set():
             try:
                 refit() if self._run is None else self._run(refit)
@@ -174,7 +185,9 @@ async def foreground(catalog: Catalog, embedder: MiniLMEmbedder, cache_dir: Path
     tier = FastTier.open(embedder, cache_dir=None, tool_texts=ToolIndex(
         catalog, embedder=embedder, cache=EmbeddingCache(cache_dir)).embedding_texts())  # fmt: skip
     modes: dict[str, Callable[..., Any] | str | None] = {
-        "idle": "idle", "background fit, lowest priority": at_low_priority,
+        "idle": "idle",
+        "background fit, lowest priority, standing aside (the engine's)": stand_aside,
+        "background fit, lowest priority (before)": at_low_priority,
         "background fit, normal priority": None,
     }  # fmt: skip
     out: dict[str, tuple[list[float], int, int]] = {m: ([], 0, 0) for m in modes}

@@ -205,3 +205,35 @@ def test_a_fast_tier_ranking_explains_the_cosine_under_its_own_fusion_weights() 
         exact = float(index.vectors.matrix[CATALOG.position(record.tool_id)] @ vector)
         assert record.cosine == pytest.approx(exact, abs=1e-5)
     assert ranked.scores[0] > 4.0  # fused: 0.74 + 4 (the request's words) + 0.33 (its name)
+
+
+def test_a_fast_ranking_that_stood_explains_its_tier_and_cosine_under_the_models_weights() -> None:
+    # The cascade: the fast tier's vector, sure enough to stand, is fused with the model's
+    # weights (its floor was chosen with them) and the answer is applied, not degraded.
+    index = COMBINED.recall
+    query = "weather forecast"
+    vector = HashingEmbedder().embed([query])[0]
+    ranked = COMBINED.ranked(query, RequestVector.sure(vector), 5, Strategy.COMBINED)
+    assert (ranked.outcome, ranked.reason, ranked.tier) == (Outcome.APPLIED, "", "fast")
+    selection = select(
+        ranked, Policy(adaptive=False), 0.0, explain=ExplainRequest(ask=(), index=index, query=query)
+    )
+    assert index.vectors is not None
+    for record in selection.explanations:
+        assert record.tier == "fast"
+        exact = float(index.vectors.matrix[CATALOG.position(record.tool_id)] @ vector)
+        assert record.cosine == pytest.approx(exact, abs=1e-5)
+    assert ranked.scores[0] < 2.0  # the model's weights: 0.4 and 0.1, not 4 and 0.33
+
+
+def test_every_ranking_names_the_tier_of_its_vector() -> None:
+    query = "weather forecast"
+    vector = HashingEmbedder().embed([query])[0]
+    by = {
+        "full": RequestVector.full(vector),
+        "fast": RequestVector.stepped_down(vector, "fast tier: full model busy"),
+        "keyword": RequestVector.missing("embedder failed"),
+    }
+    for tier, request in by.items():
+        assert COMBINED.ranked(query, request, 5, Strategy.COMBINED).tier == tier
+    assert COMBINED.ranked(query, None, 5, Strategy.KEYWORD).tier == "keyword"

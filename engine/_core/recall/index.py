@@ -235,6 +235,7 @@ class RecallIndex:
             outcome=plan.verdict.outcome,
             reason=plan.verdict.reason,
             baseline=baseline,
+            tier=plan.tier,
         )
 
     def _scored(

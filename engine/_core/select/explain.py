@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
@@ -33,6 +33,11 @@ class ExplainedIndex(Protocol):
     def keyword(self) -> KeywordIndex: ...
 
 
+#: Which model made a ranking's request vector: the embedding model (``full``), the fast
+#: tier (``fast``), or none (``keyword``).
+Tier = Literal["full", "fast", "keyword"]
+
+
 class ExplainedRanking(Protocol):
     """What explaining reads of a ranking (``Ranking`` has it)."""
 
@@ -46,6 +51,8 @@ class ExplainedRanking(Protocol):
     def outcome(self) -> Outcome: ...
     @property
     def reason(self) -> str: ...
+    @property
+    def tier(self) -> Tier: ...
 
 
 #: Why a tool is shown (``Explanation.reason`` when ``shown``).
@@ -177,13 +184,9 @@ def check_known(ids: Sequence[str], known: Container[str], field: str) -> None:
         )
 
 
-def tier_of(ranking: ExplainedRanking) -> str:
+def tier_of(ranking: ExplainedRanking) -> Tier:
     """Which recall rung produced ``ranking``."""
-    if ranking.strategy == "keyword":
-        return "keyword"
-    if ranking.outcome is Outcome.DEGRADED and "fast" in ranking.reason:
-        return "fast"
-    return "full"
+    return "keyword" if ranking.strategy == "keyword" else ranking.tier
 
 
 def explanations(
@@ -266,7 +269,10 @@ def _cosines(
     names = keyword.name_coverage(tokens)
     idf, vocabulary = keyword.bm25_idf, keyword.vocabulary
     position = request.index.catalog.position
-    weights = FAST_TIER if tier == "fast" else FULL_TIER
+    # A step down to the fast tier fuses with its own weights; a fast ranking that stood
+    # (the cascade, applied) with the model's, the ones its floor was chosen with.
+    stepped_down = tier == "fast" and ranking.outcome is Outcome.DEGRADED
+    weights = FAST_TIER if stepped_down else FULL_TIER
 
     def cosine(tool_id: str) -> float | None:
         score = scores.get(tool_id)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ..errors import ConfigError
 from ..outcome import Outcome
 from ..recall.fusion import FAST_TIER, FULL_TIER, FusionWeights
+from .explain import Tier
 from .policy import Policy
 from .selection import Ranking, Strategy, anchor_scores, strategy_named, threshold_applies
 from .toolsets import ToolSet, activated_sets
@@ -112,22 +113,30 @@ class RequestVector:
     """A request's vector and how it was obtained.
 
     ``vector`` ``None``: there is none (the verdict says why: recall is keyword-only).
-    ``applied``: a fresh or cached vector of the full model; ``degraded``: a step down (the
+    ``applied``: a fresh or cached vector of the full model, or the fast tier's where its
+    ranking is sure enough to stand (``sure``: the cascade); ``degraded``: a step down (the
     fast tier), which ranks like any other, fused with its own ``weights``, but makes the
-    answer degraded.
+    answer degraded. ``tier`` says which model made the vector.
     """
 
     vector: Vector | None
     verdict: Verdict
     weights: FusionWeights = FULL_TIER
+    tier: Tier = "full"
 
     @classmethod
     def full(cls, vector: Vector) -> RequestVector:
         return cls(vector, Verdict.applied())
 
     @classmethod
+    def sure(cls, vector: Vector) -> RequestVector:
+        """The fast tier's vector whose ranking stood (``fast_ranking_stands``): fused with
+        the model's weights, the ones its floor was chosen with."""
+        return cls(vector, Verdict.applied(), FULL_TIER, "fast")
+
+    @classmethod
     def stepped_down(cls, vector: Vector, reason: str) -> RequestVector:
-        return cls(vector, Verdict.degraded(reason), FAST_TIER)
+        return cls(vector, Verdict.degraded(reason), FAST_TIER, "fast")
 
     @classmethod
     def missing(cls, reason: str) -> RequestVector:
@@ -144,12 +153,14 @@ class RecallPlan:
         verdict: the ranking's outcome and reason.
         vector: the request vector to score with (``None`` for keyword scoring).
         weights: how keyword evidence is fused with that vector's cosine (``combined``).
+        tier: which model made the vector (``keyword``: none was used).
     """
 
     strategy: Strategy
     verdict: Verdict
     vector: Vector | None = attrs.field(default=None, eq=False)
     weights: FusionWeights = FULL_TIER
+    tier: Tier = "keyword"
 
     @property
     def ranks(self) -> bool:
@@ -185,7 +196,11 @@ def plan_recall(
     if tool_vectors.outcome is not Outcome.APPLIED:
         return RecallPlan(strategy=Strategy.KEYWORD, verdict=tool_vectors)
     return RecallPlan(
-        strategy=strategy, verdict=request.verdict, vector=request.vector, weights=request.weights
+        strategy=strategy,
+        verdict=request.verdict,
+        vector=request.vector,
+        weights=request.weights,
+        tier=request.tier,
     )
 
 

@@ -9,7 +9,7 @@ import attrs
 
 from ..errors import ConfigError
 from ..outcome import Outcome
-from .explain import Explanation
+from .explain import Explanation, Tier
 
 
 class Strategy(enum.StrEnum):
@@ -101,7 +101,9 @@ class Ranking:
 
     ``strategy`` is the ``Strategy`` that ranked them (``keyword`` when recall degraded), or
     ``"<strategy>+rerank"`` after the generator re-ranked them; ``outcome`` and ``reason``
-    come from the selection planner (``reason`` is empty only when ``applied``).
+    come from the selection planner (``reason`` is empty only when ``applied``); ``tier``
+    names the model that made the request's vector (``full``, ``fast``, or ``keyword`` for
+    none).
     """
 
     tool_ids: tuple[str, ...]
@@ -110,6 +112,7 @@ class Ranking:
     outcome: Outcome
     reason: str = ""
     baseline: float = 0.0
+    tier: Tier = "full"
 
     def only(self, ids: Iterable[str]) -> Ranking:
         """This ranking restricted to ``ids`` that it holds, in the order ``ids`` gives."""

@@ -25,6 +25,7 @@ from .._core.recall.index import RecallIndex, brief, checked_query_vectors
 from .._core.recall.parts import request_vectors
 from .._core.recall.plan import (
     Rung,
+    Step,
     after_fast_tier_failed,
     after_full_tier,
     fast_tier_answered,
@@ -269,11 +270,14 @@ class Recall:
             self._dim = index.vectors.dim
             owner = (str(self._embedder.identity), self._dim)
             cached = self._cache.get(query, owner)
-            if cached is None and chosen is Strategy.COMBINED:
+            step = self._first_step(cached is not None)
+            # The cascade, for a request that would wait for the model: under load the fast
+            # tier answers anyway (``step``), ranked once, with its own weights.
+            if step.rung is Rung.FULL_TIER and chosen is Strategy.COMBINED:
                 standing = self._sure_fast_ranking(index, query, k)
                 if standing is not None:
                     return standing
-            vector, reason = await self._embed_query(query, cached, owner)
+            vector, reason = await self._embed_query(query, cached, owner, step)
             _VECTOR_ARRIVED.set(trio.current_time())
         # The rung's answer as the planner reads it: no vector, the full tier's, or a step
         # down (a fast-tier vector ranks like any other, but the answer is degraded).
@@ -315,20 +319,25 @@ class Recall:
         self._answers["sure"] += 1
         return ranking
 
-    async def _embed_query(
-        self, query: str, cached: Vectors | None, owner: tuple[str, int]
-    ) -> tuple[Vectors | None, str]:
-        """The request's vector and, when it is not the full tier's, why (the rung taken)."""
+    def _first_step(self, cached: bool) -> Step:
+        """The rung a request tries first (``first_rung``), from the batcher's load now."""
         assert self._batcher is not None
         load = self._batcher.load
-        step = first_rung(
-            cached=cached is not None,
+        return first_rung(
+            cached=cached,
             outstanding=load.outstanding,
             predicted_wait_s=load.predicted_wait(),
             budget_s=self._budget,
             fast_tier_ready=self._fast_tier_usable(),
             first_wave=self._batcher.max_batch,
         )
+
+    async def _embed_query(
+        self, query: str, cached: Vectors | None, owner: tuple[str, int], step: Step
+    ) -> tuple[Vectors | None, str]:
+        """The request's vector and, when it is not the full tier's, why (the rung taken)."""
+        assert self._batcher is not None
+        load = self._batcher.load
         if step.rung is Rung.QUERY_CACHE:
             self._answers["full"] += 1
             return cached, ""

@@ -500,3 +500,24 @@ async def test_a_cached_vector_of_the_model_comes_before_the_cascade(
         stats = harness.recall.statistics()
     assert ranked.tier == "full"
     assert (stats.query_cache_hits, stats.fast_tier_sure) == (1, 0)
+
+
+async def test_under_load_the_fast_tier_answers_once_without_the_cascade(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The cascade is for a request that would wait for the model: once the predicted wait is
+    # past the budget the fast tier answers anyway, ranked once, as a step down.
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500), cascade=True) as harness:
+        await trio.sleep(OPENED)
+        await harness.rank("calibrate the model time")
+        async with trio.open_nursery() as nursery:
+            for n in range(4):  # queued for the model: the predicted wait passes the budget
+                nursery.start_soon(harness.rank, f"{UNSURE} {n}")
+            await trio.testing.wait_all_tasks_blocked()
+            outcome, reason, waited = await harness.rank(SURE)
+        stats = harness.recall.statistics()
+    assert outcome is Outcome.DEGRADED
+    assert reason.startswith("fast tier: full model busy")
+    assert waited == 0
+    assert stats.fast_tier_sure == 0

@@ -191,3 +191,22 @@ def test_coverage_and_tfidf_stay_in_unit_range_and_bm25_is_non_negative(
         shares = bool(set(tokens) & set(query))
         assert (bm25[doc] > 0) == shares
         assert (coverage[doc] > 0) == shares
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    docs=st.lists(st.lists(words, max_size=6), min_size=1, max_size=6),
+    names=st.lists(st.lists(words, max_size=3), min_size=6, max_size=6),
+    query=st.lists(st.sampled_from(["a", "b", "c", "d", "e", "unknown"]), max_size=5),
+    data=st.data(),
+)
+def test_what_an_explanation_reads_of_some_rows_equals_the_whole_catalogues(
+    docs: list[list[str]], names: list[list[str]], query: list[str], data: st.DataObject
+) -> None:
+    index = KeywordIndex(docs, names=names[: len(docs)])
+    rows = data.draw(st.lists(st.integers(0, len(docs) - 1), unique=True))
+    whole = index.name_coverage(query)
+    assert index.name_coverage_of(query, rows).tolist() == pytest.approx(whole[rows].tolist())
+    matched = index.matched_terms(query, rows)
+    for row, terms in zip(rows, matched, strict=True):
+        assert terms == [t for t in dict.fromkeys(query) if t in docs[row]]

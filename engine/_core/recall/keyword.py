@@ -133,12 +133,15 @@ class KeywordIndex:
         spans = [(bounds[vocabulary[t]], bounds[vocabulary[t] + 1]) for t in terms]
         docs = np.concatenate([self._docs[a:b] for a, b in spans])
         owner = np.repeat(np.arange(len(terms)), [b - a for a, b in spans])
-        wanted = np.asarray(rows, dtype=np.int32)
-        hit = np.isin(docs, wanted)
+        hit = _rows_mask(self.size, rows)[docs]  # a mask: np.isin sorts, ~5x slower here
         where = {row: i for i, row in enumerate(rows)}
         for doc, term in zip(docs[hit].tolist(), owner[hit].tolist(), strict=True):
             found[where[doc]].append(terms[term])
         return found
+
+    def name_coverage_of(self, tokens: Sequence[str], rows: Sequence[int]) -> Scores:
+        """``name_coverage`` of ``rows`` only (what an explanation reads), in their order."""
+        return self._names.coverage_of(tokens, self.vocabulary, rows)
 
     def name_coverage(self, tokens: Sequence[str]) -> Scores:
         """Share of each tool name's IDF mass that the query contains, in [0, 1].
@@ -193,6 +196,21 @@ class _NamePostings:
             np.float32
         )
 
+    def coverage_of(
+        self, tokens: Sequence[str], vocabulary: dict[str, int], rows: Sequence[int]
+    ) -> Scores:
+        wanted = np.asarray(rows, dtype=np.intp)
+        mask = _rows_mask(self.size, wanted)
+        scores = np.zeros(self.size, dtype=np.float32)
+        for term in dict.fromkeys(tokens):
+            tid = vocabulary.get(term)
+            docs = self._postings.get(tid) if tid is not None else None
+            if docs is not None:
+                docs = docs[mask[docs]]
+                scores[docs] += np.float32(self._idf[tid])
+        out: Scores = scores[wanted] * self._inverse_totals[wanted]
+        return out
+
     def coverage(self, tokens: Sequence[str], vocabulary: dict[str, int]) -> Scores:
         scores = np.zeros(self.size, dtype=np.float32)
         for term in dict.fromkeys(tokens):
@@ -202,3 +220,9 @@ class _NamePostings:
                 scores[docs] += np.float32(self._idf[tid])
         scores *= self._inverse_totals
         return scores
+
+
+def _rows_mask(size: int, rows: Sequence[int] | npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    mask = np.zeros(size, dtype=bool)
+    mask[np.asarray(rows, dtype=np.intp)] = True
+    return mask

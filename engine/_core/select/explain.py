@@ -266,9 +266,11 @@ def _cosines(
         return lambda _tool_id: None
     keyword = request.index.keyword
     mass = keyword.query_mass(tokens) or 1.0
-    names = keyword.name_coverage(tokens)
-    idf, vocabulary = keyword.bm25_idf, keyword.vocabulary
     position = request.index.catalog.position
+    explained = list(matched)
+    rows = [position(tool_id) for tool_id in explained]
+    names = dict(zip(explained, keyword.name_coverage_of(tokens, rows).tolist(), strict=True))
+    idf, vocabulary = keyword.bm25_idf, keyword.vocabulary
     # A step down to the fast tier fuses with its own weights; a fast ranking that stood
     # (the cascade, applied) with the model's, the ones its floor was chosen with.
     stepped_down = tier == "fast" and ranking.outcome is Outcome.DEGRADED
@@ -279,7 +281,7 @@ def _cosines(
         if score is None:
             return None
         coverage = sum(float(idf[vocabulary[t]]) for t in matched.get(tool_id, ())) / mass
-        name = float(names[position(tool_id)])
+        name = names.get(tool_id, 0.0)
         boost = weights.coverage * coverage**2 + weights.name * name**2
         return round(score - boost, 6)
 

@@ -85,7 +85,7 @@ def test_reopening_loads_the_same_tier_from_the_cache(
     again = FastTier.open(emb, cache_dir=cache)  # no tool texts: nothing to fit, all loaded
     assert again.learned_texts == tier.learned_texts == len(ACTIONS) * len(THINGS)
     assert again.served_texts == 0
-    np.testing.assert_array_equal(again._table, tier._table)
+    np.testing.assert_array_equal(again._table.dense(), tier._table.dense())
     texts = _texts()[:10]
     np.testing.assert_array_equal(again.embed(texts), tier.embed(texts))
 
@@ -98,7 +98,7 @@ def test_reopening_learns_only_tool_texts_it_has_not_seen(
     tools = [f"{a} {t}" for a, t in itertools.product(ACTIONS, THINGS)]
     same = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
     assert same.learned_texts == tier.learned_texts
-    np.testing.assert_array_equal(same._table, tier._table)  # nothing new: no refit
+    np.testing.assert_array_equal(same._table.dense(), tier._table.dense())  # nothing new: no refit
     grown = FastTier.open(emb, cache_dir=tmp_path, tool_texts=[*tools, "water the plants"])
     assert grown.learned_texts == tier.learned_texts + 1
     again = FastTier.open(emb, cache_dir=tmp_path, tool_texts=["water the plants", *tools])
@@ -153,7 +153,7 @@ def test_corrupt_learned_files_are_refitted_to_the_same_tier_without_distilling(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_fast_tier, "distil", _must_not_distil)
         refitted = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
-    np.testing.assert_allclose(refitted._table, tier._table, atol=1e-6)
+    np.testing.assert_allclose(refitted._table.dense(), tier._table.dense(), atol=1e-6)
     assert refitted.learned_texts == tier.learned_texts
     saved = _load(directory, tier.model_sha256, None)
     assert saved is not None
@@ -168,7 +168,7 @@ def test_a_corrupt_distilled_table_is_distilled_again_to_the_same_rows(
     tools = [f"{a} {t}" for a, t in itertools.product(ACTIONS, THINGS)]
     rebuilt = FastTier.open(emb, cache_dir=tmp_path, tool_texts=tools)
     np.testing.assert_array_equal(rebuilt._distilled, tier._distilled)  # reproducible
-    np.testing.assert_allclose(rebuilt._table, tier._table, atol=1e-6)
+    np.testing.assert_allclose(rebuilt._table.dense(), tier._table.dense(), atol=1e-6)
 
 
 def _must_not_distil(embedder: MiniLMEmbedder) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from toolroute.providers._embedders.fast_tier.ridge import RidgeStats, SpaceMap, solve
+from toolroute.providers._embedders.fast_tier.table import MappedRows, TokenTable
 
 VOCAB, DIM = 40, 6
 
@@ -96,14 +97,35 @@ def test_space_map_recovers_a_linear_map_and_leaves_start_alone_without_data() -
     rng = np.random.default_rng(8)
     mapping = rng.normal(size=(DIM, DIM)).astype(np.float32)
     features = rng.normal(size=(200, DIM)).astype(np.float32)
-    start = rng.normal(size=(VOCAB, DIM)).astype(np.float32)
     space = SpaceMap(DIM)
-    assert space.apply(start, 1e-3) is start
+    assert space.mapping(1e-3) is None
     space.add(features[:120], features[:120] @ mapping)
     space.add(features[120:], features[120:] @ mapping)
-    np.testing.assert_allclose(space.apply(start, 1e-6), start @ mapping, atol=1e-3)
+    recovered = space.mapping(1e-6)
+    assert recovered is not None
+    np.testing.assert_allclose(recovered, mapping, atol=1e-3)
     again = SpaceMap.restore(*space.snapshot())
-    np.testing.assert_array_equal(again.apply(start, 1e-6), space.apply(start, 1e-6))
+    np.testing.assert_array_equal(again.mapping(1e-6), recovered)
+
+
+def test_a_token_table_reads_fitted_rows_and_maps_the_others_when_read() -> None:
+    # Mean first, then the map (linear): the same vector as mapping every row first.
+    rng = np.random.default_rng(9)
+    distilled = rng.normal(size=(VOCAB, DIM)).astype(np.float32)
+    mapping = rng.normal(size=(DIM, DIM)).astype(np.float32)
+    tokens = np.array([1, 4, 6], dtype=np.int64)
+    rows = rng.normal(size=(3, DIM)).astype(np.float32)
+    table = TokenTable(MappedRows(distilled, mapping), tokens, rows)
+    full = distilled @ mapping
+    full[tokens] = rows
+    np.testing.assert_allclose(table.dense(), full, rtol=1e-5, atol=1e-4)
+    for ids in ([1, 4], [0, 2, 3], [1, 2, 2, 7], list(range(VOCAB))):
+        np.testing.assert_allclose(table.mean(ids), full[ids].mean(axis=0), rtol=1e-5, atol=1e-4)
+    assert table.mean([]).tolist() == [0.0] * DIM
+    unmapped = TokenTable(MappedRows(distilled, None), tokens, rows)
+    np.testing.assert_array_equal(unmapped[np.array([0, 4])], np.stack([distilled[0], rows[1]]))
+    with pytest.raises(ValueError, match="rows of width"):
+        TokenTable(MappedRows(distilled, None), tokens, rows[:2])
 
 
 def test_space_map_restore_rejects_inconsistent_arrays() -> None:

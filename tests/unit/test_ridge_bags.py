@@ -101,14 +101,3 @@ def test_a_solve_stops_inside_a_long_product_not_only_between_steps() -> None:
     tokens, _ = solve(stats.system(), start, vocab_size=vocab, ridge=0.1, iterations=0,
                       should_stop=lambda: False)  # fmt: skip
     assert tokens.size > 0
-
-
-def test_mapping_a_table_stops_between_blocks_of_rows() -> None:
-    space = _ridge.SpaceMap(DIM)
-    space.add(_targets(10, 7), _targets(10, 8))
-    table = _targets(20_000, 9)
-    with pytest.raises(Stopped):
-        space.apply(table, 1e-3, should_stop=lambda: True)
-    whole = space.apply(table, 1e-3, should_stop=lambda: False)
-    np.testing.assert_allclose(whole, space.apply(table, 1e-3), rtol=1e-6)
-    assert whole.shape == table.shape

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .ridge import RidgeStats, SpaceMap, Stopped
+from .table import MappedRows, TokenTable
 
 F32 = npt.NDArray[np.float32]
 
@@ -160,7 +161,7 @@ def save(
 
 
 #: What a cache learned: statistics, the fitted table, tool digests, the space map.
-Learned = tuple[RidgeStats, F32, set[bytes], SpaceMap]
+Learned = tuple[RidgeStats, TokenTable, set[bytes], SpaceMap]
 _LOAD_ERRORS = (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 
@@ -197,12 +198,11 @@ def load(
             int(manifest["texts"]),
         )
         space = SpaceMap.restore(arrays["map_xtx.npy"], arrays["map_xty.npy"])
-        table = space.apply(distilled, map_ridge).copy()
-        table[tokens] = arrays["table_rows.npy"]
+        start = MappedRows(distilled, space.mapping(map_ridge))
+        table = TokenTable(start, tokens, arrays["table_rows.npy"].astype(np.float32))
         known = {bytes(row) for row in arrays["tool_digests.npy"].astype(np.uint8).reshape(-1, 32)}
     except _LOAD_ERRORS:
         return distilled, None
-    table.setflags(write=False)
     return distilled, (stats, table, known, space)
 
 

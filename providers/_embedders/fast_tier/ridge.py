@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 import numpy as np
@@ -37,8 +37,6 @@ _MERGE_AT = 1 << 20
 # Entries multiplied per chunk in the sparse products: a 1,024 x 384 float32 temporary
 # (1.5 MB) stays in the cache; 65,536-entry chunks (100 MB) made each product 3x slower.
 _CHUNK = 1 << 10
-# Rows of the starting table mapped per block (one ~25 ms product at full speed).
-_MAP_ROWS: Final = 4096
 #: Bag entries kept for the fast product; past it the bags are folded into ``G`` (memory only:
 #: ~12 bytes an entry, so at most ~25 MB).
 MAX_BAG_ENTRIES: Final = 1 << 21
@@ -255,9 +253,19 @@ class RidgeStats:
         return stats
 
 
+class StartRows(Protocol):
+    """The starting table ``W0``, read by rows (``start[tokens]``): an array, or one mapped
+    when read (``table.MappedRows``)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def __getitem__(self, tokens: I64, /) -> F32: ...
+
+
 def solve(
     stats: RidgeSystem | tuple[I64, F32, I64, F32, int],
-    start: F32,
+    start: StartRows,
     *,
     vocab_size: int,
     ridge: float,
@@ -443,22 +451,10 @@ class SpaceMap:
         space.xtx, space.xty = xtx.astype(np.float64), xty.astype(np.float64)
         return space
 
-    def apply(
-        self, start: F32, ridge: float, *, should_stop: Callable[[], bool] | None = None
-    ) -> F32:
-        """``start @ M`` (``start`` itself before any text was added).
-
-        Raises:
-            Stopped: ``should_stop`` said so (asked between blocks of rows).
-        """
+    def mapping(self, ridge: float) -> F32 | None:
+        """The map ``M`` (``None`` before any text was added: rows stay as they are)."""
         xtx, xty = self.snapshot()
         if not xtx.any():
-            return start
-        mapping = np.linalg.solve(xtx + ridge * np.eye(len(xtx)), xty).astype(np.float32)
-        mapped: F32 = np.empty((start.shape[0], mapping.shape[1]), dtype=np.float32)
-        for first in range(0, start.shape[0], _MAP_ROWS):
-            if should_stop is not None and should_stop():
-                raise Stopped("the ridge solve was stopped")
-            block = slice(first, first + _MAP_ROWS)
-            np.matmul(start[block], mapping, out=mapped[block])
-        return mapped
+            return None
+        mapping: F32 = np.linalg.solve(xtx + ridge * np.eye(len(xtx)), xty).astype(np.float32)
+        return mapping

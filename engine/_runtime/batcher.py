@@ -2,11 +2,14 @@
 
 Batching is opportunistic: a batch is whatever is queued when the model becomes free, so a
 lone caller never waits for company, and under load every caller that arrived during one
-model call rides in the next.
+model call rides in the next. A queued request whose batch is predicted to end past its
+``give_up_at`` is answered ``ModelTooSlow`` when the batch forms, instead of waiting out its
+deadline for nothing (under a burst the model runs slower than a lone call measured).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -50,10 +53,16 @@ def ewma(current: float, sample: float, weight: float) -> float:
 
 @attrs.frozen
 class Embed:
-    """Embed ``text``; the reply is the vector or the exception that stopped it."""
+    """Embed ``text``; the reply is the vector or the exception that stopped it.
+    ``give_up_at`` (trio time) is when the caller stops waiting."""
 
     text: str
     reply: trio.MemorySendChannel[Vectors | Exception]
+    give_up_at: float = float("inf")
+
+
+class ModelTooSlow(Exception):
+    """The request's batch was predicted to end after its caller gives up."""
 
 
 class QueryBatcher:
@@ -94,10 +103,11 @@ class QueryBatcher:
             task_status=task_status,
         )
 
-    async def embed(self, text: str) -> Vectors:
+    async def embed(self, text: str, *, give_up_at: float = float("inf")) -> Vectors:
         """The vector of ``text``, embedded together with whatever else is waiting.
 
         Raises:
+            ModelTooSlow: its batch was predicted to end after ``give_up_at``.
             Exception: whatever the embedding raised (the caller degrades).
             trio.BrokenResourceError: the service is down (stopped, or restarting).
         """
@@ -106,7 +116,7 @@ class QueryBatcher:
         reply_send, reply_receive = trio.open_memory_channel[Vectors | Exception](1)
         self.load.outstanding += 1
         try:
-            result = await self._exchange(Embed(text, reply_send), reply_receive)
+            result = await self._exchange(Embed(text, reply_send, give_up_at), reply_receive)
         finally:
             self.load.outstanding -= 1
         if isinstance(result, Exception):
@@ -148,6 +158,7 @@ async def run_batcher(
     uses every core), and the requests that arrive meanwhile form the next batch.
     """
     task_status.started()
+    load = load if load is not None else BatcherLoad()
     pending: list[Embed] = []
     try:
         while True:
@@ -164,8 +175,10 @@ async def run_batcher(
             batch, pending = pending[:max_batch], pending[max_batch:]
             # Callers that gave up (deadline, cancellation) closed their reply channel.
             batch = [m for m in batch if m.reply.statistics().open_receive_channels > 0]
+            alone = not pending and inbox.statistics().current_buffer_used == 0
+            batch = _without_late(batch, alone=alone, load=load)
             if batch:
-                await _serve(batch, embed_batch, run_cpu, limiter, load or BatcherLoad())
+                await _serve(batch, embed_batch, run_cpu, limiter, load)
             # Not held while the loop waits for the next request: a served batch's texts and
             # reply channels would stay alive until then (up to ``max_batch`` of them).
             del batch
@@ -179,6 +192,24 @@ async def run_batcher(
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
         inbox.close()
+
+
+def _without_late(batch: list[Embed], *, alone: bool, load: BatcherLoad) -> list[Embed]:
+    """``batch`` less the requests it would answer after they give up (answered
+    ``ModelTooSlow`` at once). A lone request (nothing else queued) always runs: it is how
+    the model's time is measured again after a slow moment."""
+    if alone and len(batch) == 1:
+        return batch
+    ends = trio.current_time() + load.seconds_per_text * len(batch)
+    kept = []
+    for message in batch:
+        if ends <= message.give_up_at:
+            kept.append(message)
+            continue
+        with contextlib.suppress(trio.BrokenResourceError):
+            message.reply.send_nowait(ModelTooSlow("its batch would end after the deadline"))
+        message.reply.close()
+    return kept
 
 
 async def _serve(

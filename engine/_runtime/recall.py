@@ -32,6 +32,7 @@ from .._core.recall.plan import (
     first_rung,
     full_tier_failed,
     full_tier_missed,
+    full_tier_too_slow,
 )
 from .._core.select.plan import (
     RequestVector,
@@ -40,7 +41,7 @@ from .._core.select.plan import (
     needs_request_vector,
 )
 from .._core.select.selection import Ranking, Strategy
-from .batcher import QueryBatcher, ewma
+from .batcher import ModelTooSlow, QueryBatcher, ewma
 from .fast_tier_service import FastTierService
 from .query_cache import QueryCache
 from .workers import WorkerCalls
@@ -348,7 +349,9 @@ class Recall:
         failure = full_tier_missed(self._deadline, wait)
         with trio.move_on_after(wait):
             try:
-                vector = await self._batcher.embed(query)
+                vector = await self._batcher.embed(query, give_up_at=trio.current_time() + wait)
+            except ModelTooSlow:  # left the queue before its deadline, not at it
+                failure = full_tier_too_slow(self._deadline)
             except Exception as exc:  # the request degrades; it never raises
                 failure = full_tier_failed(brief(exc))
             else:

@@ -521,3 +521,38 @@ async def test_under_load_the_fast_tier_answers_once_without_the_cascade(
     assert reason.startswith("fast tier: full model busy")
     assert waited == 0
     assert stats.fast_tier_sure == 0
+
+
+async def test_a_request_whose_batch_would_end_too_late_leaves_the_queue_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Calibrated at 50 ms a request, the model then slows to 200 ms (as under a burst): a
+    # queued request whose batch is predicted to end past its deadline steps down when the
+    # batch forms, instead of waiting out the deadline for an answer that cannot come.
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    load = LoadConfig(min_served=100, refit_every=4, budget_s=0.2)
+    async with ladder(model, ScriptedFastTier(served=500), load=load) as harness:
+        await harness.rank("calibrate the model time")
+        model.delay = 0.2
+        results = await burst(harness, [f"send email number {n}" for n in range(4)])
+    early = [(r, w) for _, r, w in results if "busy model would have answered" in r]
+    assert early
+    assert all(w < BUDGET for _, w in early)  # left before the deadline
+    assert all(r.startswith("fast tier: ") for r, _ in early)
+    assert max(w for _, _, w in results) <= BUDGET
+    texts = set(model.texts)
+    assert sum(f"send email number {n}" in texts for n in range(4)) < 4  # not all sent
+
+
+async def test_a_lone_request_runs_however_slow_the_model_was_measured(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The model's time is measured again by a lone request, never skipped for it.
+    model = ScriptedEmbedder(delay=0.4, max_batch=1)
+    async with ladder(model, ScriptedFastTier(served=500)) as harness:
+        await harness.rank("a slow first call")  # 400 ms a text, past the deadline
+        await trio.sleep(1)  # the slow call has ended
+        model.delay = 0.05
+        outcome, reason, waited = await harness.rank("weather in Oslo")
+    assert (outcome, reason) == (Outcome.APPLIED, "")
+    assert waited == pytest.approx(0.05)

@@ -86,6 +86,12 @@ def full_tier_missed(deadline_s: float, waited_s: float | None = None) -> str:
     )
 
 
+def full_tier_too_slow(deadline_s: float) -> str:
+    """Why a request left the model's queue early: its batch was predicted to end after the
+    request gives up (the model runs slower under a burst than a lone call measured)."""
+    return f"the busy model would have answered the request after its {deadline_s} s deadline"
+
+
 def full_tier_failed(error: str) -> str:
     """Why a request left the full tier when the embedder raised (``error`` is brief)."""
     return f"embedder failed on the query: {error}"

@@ -321,21 +321,22 @@ def _fast_tier_service(
     hub: EventHub,
     shared: FastTierStore | None = None,
 ) -> FastTierService | None:
-    """The fast tier for ``embedder``, if it can build one (``BuildsFastTier``), with caching
-    on (without a cache every start would fit the catalogue again), its cache folder shared
-    through ``shared`` when given."""
+    """The fast tier for ``embedder``, if it can build one (``BuildsFastTier``): kept in the
+    cache folder (shared through ``shared`` when given), or in memory with caching off (then
+    every start fits the catalogue again: seconds of background CPU, not the model's
+    distillation, which ships with the package)."""
     directory = cache_directory(config)
     candidate: object = embedder  # a capability of its own, not a kind of ``Embedder``
-    if not config.load.fast_tier or directory is None or not isinstance(candidate, BuildsFastTier):
+    if not config.load.fast_tier or not isinstance(candidate, BuildsFastTier):
         return None
     builder = candidate
 
     def opener(index: RecallIndex, should_stop: Callable[[], bool]) -> FastTierModel:
         assert index.vectors is not None
-        if shared is not None:
+        if shared is not None and directory is not None:
             return open_shared_fast_tier(builder, directory, shared, index, should_stop, config)
         return builder.open_fast_tier(
-            cache_dir=str(directory),
+            cache_dir=None if directory is None else str(directory),
             tool_texts=index.embedding_texts(),
             tool_vectors=index.vectors.matrix,
             should_stop=should_stop,

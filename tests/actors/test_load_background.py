@@ -78,14 +78,14 @@ class Builder(ScriptedEmbedder):
     def open_fast_tier(
         self,
         *,
-        cache_dir: str,
+        cache_dir: str | None,
         tool_texts: Sequence[str],
         tool_vectors: Vectors,
         should_stop: Callable[[], bool],
         fit_from: int = 0,
     ) -> FastTierModel:
         self.builds += 1
-        self.fit_from = fit_from
+        self.fit_from, self.cache_dir = fit_from, cache_dir
         assert len(tool_texts) == len(tool_vectors) == len(TOOLS)
         while self.spin:  # a long fit, asked between its steps whether to go on
             self.spinning.set()
@@ -128,6 +128,18 @@ async def test_the_fast_tier_runs_under_the_supervisor_and_restarts_after_a_cras
     assert "a bug in the fast tier service" in restarts[0].error
     assert builder.builds == 2
     assert builder.fit_from == config.load.min_served  # no fit that could not answer yet
+
+
+async def test_with_caching_off_the_fast_tier_is_fitted_in_memory(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    builder = Builder()
+    config = EngineConfig(cache=False, warmup=WarmupConfig(wait=True))
+    async with open_engine(TOOLS, config=config, embedder=builder, run_cpu=inline_cpu()) as engine:
+        await trio.sleep(5)
+        assert engine.statistics().recall.fast_tier_open
+    assert builder.builds == 1
+    assert builder.cache_dir is None
 
 
 async def test_an_embedder_without_the_capability_gets_no_fast_tier(

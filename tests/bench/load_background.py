@@ -39,6 +39,7 @@ from toolroute.evaluate import load_queries
 from toolroute.providers._embedders.fast_tier import files as _fast_tier_files
 from toolroute.providers._embedders.fast_tier import tier as _fast_tier
 from toolroute.providers._embedders.fast_tier.ridge import solve
+from toolroute.providers._embedders.fast_tier.table import MappedRows, TokenTable
 from toolroute.providers._embedders.fast_tier.tier import FastTier, FastTierStopped
 from toolroute.providers._embedders.minilm import MiniLMEmbedder
 from toolroute.stores import EmbeddingCache
@@ -110,7 +111,7 @@ def solve_forms(
     assert index.vectors is not None
     tier = FastTier.open(embedder, cache_dir=None)
     tier.learn_tools(index.embedding_texts(), index.vectors.matrix)
-    start = tier._space.apply(tier._distilled, _fast_tier.MAP_RIDGE)
+    start = MappedRows(tier._distilled, tier._space.mapping(_fast_tier.MAP_RIDGE))
     vocab = int(tier._distilled.shape[0])
     timings, rows, hits = [], [], []
     for stats in (tier._stats.snapshot(), tier._stats.system()):
@@ -118,9 +119,7 @@ def solve_forms(
         tokens, fitted = solve(stats, start, vocab_size=vocab, ridge=tier.ridge, iterations=20)
         timings.append(time.perf_counter() - began)
         rows.append(fitted)
-        table = start.copy()
-        table[tokens] = fitted
-        tier._table = table
+        tier._table = TokenTable(start, tokens, fitted)
         vectors = tier.embed([q.text for q in dev])
         hits.append(np.mean([hit(index.rank(q.text, v, 5).tool_ids, q) for q, v in zip(dev, vectors, strict=True)]))
     return timings[0], timings[1], float(np.abs(rows[0] - rows[1]).max()), float(hits[0]), float(hits[1])

@@ -73,7 +73,9 @@ def config_for(cache_dir: Path) -> EngineConfig:
     return EngineConfig(
         cache_dir=str(cache_dir),
         warmup=WarmupConfig(wait=True),
-        load=LoadConfig(query_cache=0, learn=False),
+        # No cascade: every lone request reads the model, so blocks of different requests
+        # compare (with it, a block's share of sure answers moved its p50 several-fold).
+        load=LoadConfig(query_cache=0, learn=False, cascade=False),
     )
 
 

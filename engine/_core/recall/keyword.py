@@ -184,12 +184,15 @@ class _NamePostings:
         self.size = len(names)
         postings: dict[int, list[int]] = {}
         totals = np.zeros(self.size, dtype=np.float64)
+        self._terms: list[tuple[int, ...]] = []  # each name's term ids (explanations read it)
         for doc, tokens in enumerate(names):
-            for term in dict.fromkeys(tokens):
-                tid = vocabulary.get(term)
-                if tid is not None:
-                    postings.setdefault(tid, []).append(doc)
-                    totals[doc] += idf[tid]
+            terms = [
+                tid for term in dict.fromkeys(tokens) if (tid := vocabulary.get(term)) is not None
+            ]
+            self._terms.append(tuple(terms))
+            for tid in terms:
+                postings.setdefault(tid, []).append(doc)
+                totals[doc] += idf[tid]
         self._postings = {tid: np.asarray(docs, dtype=np.int32) for tid, docs in postings.items()}
         self._idf = idf
         self._inverse_totals = np.where(totals > 0, 1.0 / np.maximum(totals, 1e-12), 0.0).astype(
@@ -199,17 +202,16 @@ class _NamePostings:
     def coverage_of(
         self, tokens: Sequence[str], vocabulary: dict[str, int], rows: Sequence[int]
     ) -> Scores:
-        wanted = np.asarray(rows, dtype=np.intp)
-        mask = _rows_mask(self.size, wanted)
-        scores = np.zeros(self.size, dtype=np.float32)
-        for term in dict.fromkeys(tokens):
-            tid = vocabulary.get(term)
-            docs = self._postings.get(tid) if tid is not None else None
-            if docs is not None:
-                docs = docs[mask[docs]]
-                scores[docs] += np.float32(self._idf[tid])
-        out: Scores = scores[wanted] * self._inverse_totals[wanted]
-        return out
+        wanted = {tid for term in tokens if (tid := vocabulary.get(term)) is not None}
+        idf, inverse = self._idf, self._inverse_totals
+        return np.array(
+            [
+                np.float32(sum(float(idf[t]) for t in self._terms[row] if t in wanted))
+                * inverse[row]
+                for row in rows
+            ],
+            dtype=np.float32,
+        )
 
     def coverage(self, tokens: Sequence[str], vocabulary: dict[str, int]) -> Scores:
         scores = np.zeros(self.size, dtype=np.float32)

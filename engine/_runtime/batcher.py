@@ -36,13 +36,17 @@ class BatcherLoad:
     def __init__(self) -> None:
         self.outstanding = 0
         self.seconds_per_text = 0.0
+        self.last_seconds_per_text = 0.0  # the newest batch alone
 
     def predicted_wait(self) -> float:
         """Seconds a request sent now would wait for its vector (0 before any measurement)."""
         return (self.outstanding + 1) * self.seconds_per_text
 
     def measured(self, seconds: float, texts: int) -> None:
-        self.seconds_per_text = ewma(self.seconds_per_text, seconds / max(texts, 1), _EWMA_WEIGHT)
+        self.last_seconds_per_text = seconds / max(texts, 1)
+        self.seconds_per_text = ewma(
+            self.seconds_per_text, self.last_seconds_per_text, _EWMA_WEIGHT
+        )
 
 
 def ewma(current: float, sample: float, weight: float) -> float:
@@ -200,7 +204,10 @@ def _without_late(batch: list[Embed], *, alone: bool, load: BatcherLoad) -> list
     the model's time is measured again after a slow moment."""
     if alone and len(batch) == 1:
         return batch
-    ends = trio.current_time() + load.seconds_per_text * len(batch)
+    # The newer of the two when it is slower: a burst slows the model from one batch to the
+    # next faster than the average follows.
+    per_text = max(load.seconds_per_text, load.last_seconds_per_text)
+    ends = trio.current_time() + per_text * len(batch)
     kept = []
     for message in batch:
         if ends <= message.give_up_at:

@@ -42,6 +42,7 @@ from .._core.select.plan import (
 )
 from .._core.select.selection import Ranking, Strategy
 from .batcher import ModelTooSlow, QueryBatcher, ewma
+from .fast_batch import FastTierBatch
 from .fast_tier_service import FastTierService
 from .query_cache import QueryCache
 from .workers import WorkerCalls
@@ -193,6 +194,7 @@ class Recall:
         self._dim = 0  # the tool vectors' width, from the index being served
         self._batcher: QueryBatcher | None = None
         self.loop_time = LoopTime()
+        self._fast_batch = FastTierBatch()
         if embedder is not None:
             self._batcher = QueryBatcher(
                 self._embed_batch,
@@ -264,6 +266,7 @@ class Recall:
         if self._learned is not None:
             index = self._learned(index)
         vector: Vectors | None = None
+        cosines: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")
         wanted = needs_request_vector(query, chosen, tool_vectors=index.vectors_verdict)
         if wanted and index.vectors is not None and self._batcher:
@@ -278,14 +281,14 @@ class Recall:
                 standing = self._sure_fast_ranking(index, query, k)
                 if standing is not None:
                     return standing
-            vector, reason = await self._embed_query(query, cached, owner, step)
+            vector, reason, cosines = await self._embed_query(index, query, cached, owner, step)
             _VECTOR_ARRIVED.set(trio.current_time())
         # The rung's answer as the planner reads it: no vector, the full tier's, or a step
         # down (a fast-tier vector ranks like any other, but the answer is degraded).
         if vector is None:
             request = RequestVector.missing(reason)
         elif reason:
-            request = RequestVector.stepped_down(vector, reason)
+            request = RequestVector.stepped_down(vector, reason, cosines)
         else:
             request = RequestVector.full(vector)
         if len(index.catalog) < SCORE_IN_THREAD_FROM:
@@ -334,16 +337,23 @@ class Recall:
         )
 
     async def _embed_query(
-        self, query: str, cached: Vectors | None, owner: tuple[str, int], step: Step
-    ) -> tuple[Vectors | None, str]:
-        """The request's vector and, when it is not the full tier's, why (the rung taken)."""
+        self,
+        index: RecallIndex,
+        query: str,
+        cached: Vectors | None,
+        owner: tuple[str, int],
+        step: Step,
+    ) -> tuple[Vectors | None, str, Vectors | None]:
+        """The request's vector, why when it is not the full tier's (the rung taken), and
+        its cosines with ``index``'s tools when a burst's fast-tier answers were scored
+        together."""
         assert self._batcher is not None
         load = self._batcher.load
         if step.rung is Rung.QUERY_CACHE:
             self._answers["full"] += 1
-            return cached, ""
+            return cached, "", None
         if step.rung is Rung.FAST_TIER:
-            return self._from_fast_tier(query, step.reason)
+            return await self._from_fast_tier(index, query, step.reason)
         # Past this wait the request, and those queued before it, could not be scored in time.
         wait = self.loop_time.model_wait(self._deadline, load.outstanding)
         failure = full_tier_missed(self._deadline, wait)
@@ -359,31 +369,36 @@ class Recall:
                 self._cache.put(query, vector, owner)
                 if self._fast is not None:
                     self._fast.offer(query, vector)
-                return vector, ""
+                return vector, "", None
         self._publish(FailOpen(operation="select", what_failed="embedder", reason=failure))
         step = after_full_tier(failure, fast_tier_ready=self._fast_tier_usable())
         if step.rung is Rung.FAST_TIER:
-            return self._from_fast_tier(query, step.reason)
+            return await self._from_fast_tier(index, query, step.reason)
         self._answers["keyword"] += 1
-        return None, step.reason
+        return None, step.reason, None
 
     def _fast_tier_usable(self) -> bool:
         return self._fast is not None and self._fast.usable is not None
 
-    def _from_fast_tier(self, query: str, why: str) -> tuple[Vectors | None, str]:
-        """The fast tier's vector, at once (~0.1 ms: on the event loop); keyword-only if it
+    async def _from_fast_tier(
+        self, index: RecallIndex, query: str, why: str
+    ) -> tuple[Vectors | None, str, Vectors | None]:
+        """The fast tier's vector at once (on the event loop: a burst's answers of one
+        scheduler pass embedded and scored together, ``FastTierBatch``); keyword-only if it
         fails."""
         assert self._fast is not None
         tier = self._fast.usable
+        cosines: Vectors | None = None
         try:
             assert tier is not None
-            vector = query_vectors(tier, [query], self._dim)[0]
+            if len(index.catalog) < SCORE_IN_THREAD_FROM:
+                vector, cosines = await self._fast_batch.answer(tier, index, query, self._dim)
+            else:  # scored off the loop, one request at a time
+                vector = query_vectors(tier, [query], self._dim)[0]
         except Exception as exc:  # the last rung: keyword-only
             step = after_fast_tier_failed(brief(exc), why)
-            self._publish(
-                FailOpen(operation="select", what_failed="fast tier", reason=step.reason)
-            )
+            self._publish(FailOpen(operation="select", what_failed="fast tier", reason=step.reason))
             self._answers["keyword"] += 1
-            return None, step.reason
+            return None, step.reason, None
         self._answers["fast"] += 1
-        return vector, fast_tier_answered(why)
+        return vector, fast_tier_answered(why), cosines

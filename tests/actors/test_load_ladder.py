@@ -6,6 +6,7 @@ of trio time per call, so predicted waits and deadlines are exact.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -18,7 +19,10 @@ import trio.testing
 from toolroute import Catalog, EngineConfig, Outcome
 from toolroute._core.config import Deadlines, LoadConfig, WarmupConfig
 from toolroute._core.events import Event, FailOpen
+from toolroute._core.select.plan import RequestVector
+from toolroute._core.select.selection import Ranking, Strategy
 from toolroute._runtime.engine import open_engine
+from toolroute._runtime.fast_batch import FastTierBatch
 from toolroute._runtime.fast_tier_service import FastTierService
 from toolroute._runtime.recall import Recall
 from toolroute._runtime.tool_index import ToolIndex
@@ -556,3 +560,83 @@ async def test_a_lone_request_runs_however_slow_the_model_was_measured(
         outcome, reason, waited = await harness.rank("weather in Oslo")
     assert (outcome, reason) == (Outcome.APPLIED, "")
     assert waited == pytest.approx(0.05)
+
+
+class CountingFastTier(ScriptedFastTier):
+    """A scripted fast tier that records how many texts each ``embed`` call got."""
+
+    def __init__(self, served: int, *, fail: bool = False) -> None:
+        super().__init__(served, fail=fail)
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(len(texts))
+        return super().embed(texts)
+
+
+async def test_a_bursts_fast_tier_answers_are_embedded_and_scored_together(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # One tokeniser call and one matrix product for the requests of one scheduler pass; each
+    # ranking the same as the request's alone.
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    tier = CountingFastTier(served=500)
+    async with ladder(model, tier) as harness:
+        await harness.rank("calibrate the model time")
+        tier.calls.clear()
+        ranked: dict[str, Ranking] = {}
+
+        async def one(query: str) -> None:
+            ranked[query] = await harness.recall.rank(harness.index, query, 3, None, warming=False)
+
+        async with trio.open_nursery() as nursery:
+            for query in QUERIES:
+                nursery.start_soon(one, query)
+        together = list(tier.calls)
+        alone = {
+            q: harness.index.ranked(
+                q,
+                RequestVector.stepped_down(tier.embed([q])[0], "alone"),
+                3,
+                Strategy.COMBINED,
+            )
+            for q, r in ranked.items()
+            if r.reason.startswith("fast tier")
+        }
+    assert len(alone) >= len(QUERIES) - 3  # the rest went to the model
+    assert max(together) >= len(alone) - 1  # embedded together
+    for query, expected in alone.items():
+        assert ranked[query].tool_ids == expected.tool_ids
+        assert ranked[query].scores == pytest.approx(expected.scores, abs=1e-5)
+
+
+async def test_a_failing_fast_tier_fails_its_whole_batch_to_keyword_only_and_none_hangs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(delay=0.05, max_batch=1)
+    async with ladder(model, CountingFastTier(served=500, fail=True)) as harness:
+        await harness.rank("calibrate the model time")
+        with trio.fail_after(5):
+            results = await burst(harness, QUERIES)
+    stepped = [r for _, r, _ in results if r.startswith("keyword only: fast tier failed")]
+    assert len(stepped) >= len(QUERIES) - 3
+    assert all("fast tier table unreadable" in r for r in stepped)
+
+
+async def test_a_request_that_gives_up_in_a_fast_tier_batch_leaves_the_rest_answered() -> None:
+    index = ToolIndex(TOOLS, embedder=ScriptedEmbedder(dim=64), cache=None).recall
+    tier = CountingFastTier(served=500)
+    batch = FastTierBatch()
+    answers: dict[str, object] = {}
+
+    async def ask(query: str, *, give_up: bool) -> None:
+        with trio.move_on_after(0 if give_up else 60):  # 0: cancelled at its first wait
+            answers[query] = await batch.answer(tier, index, query, 64)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(ask, "weather in Oslo", give_up=False))
+            nursery.start_soon(functools.partial(ask, "send an email", give_up=True))
+            nursery.start_soon(functools.partial(ask, "play a song", give_up=False))
+    assert {"weather in Oslo", "play a song"} <= set(answers)  # none hangs, both answered
+    assert tier.calls == [3]  # one batch, the one that gave up in it too

@@ -226,7 +226,7 @@ class RecallIndex:
             picked_scores, baseline = scores[picked], 0.0
         else:
             picked, picked_scores, baseline = self._scored(
-                tokenize(query), plan.vector, k, plan.strategy, plan.weights
+                tokenize(query), plan.vector, k, plan.strategy, plan.weights, plan.cosines
             )
         return Ranking(
             tool_ids=tuple(self.ids[i] for i in picked),
@@ -245,13 +245,15 @@ class RecallIndex:
         k: int,
         strategy: Strategy,
         weights: FusionWeights,
+        cosines: Scores | None = None,
     ) -> tuple[Indices, Scores, float]:
         """The ``k`` best rows by cosine (``semantic``) or fused score, their scores and the
-        catalogue's mean score (the policy's baseline)."""
+        catalogue's mean score (the policy's baseline). ``cosines``: the query vector's
+        cosine with every row, computed already (a burst scored as one product)."""
         assert self.vectors is not None
         combined = strategy is Strategy.COMBINED
         # Learned evidence lifts cosines the int8 candidates do not see: fp32 then.
-        if self.int8 is not None and self.learned is None:
+        if self.int8 is not None and self.learned is None and cosines is None:
             # The same rows and scores as below: int8 picks candidates, fp32 re-scores them.
             bonus = None
             if combined:
@@ -260,7 +262,7 @@ class RecallIndex:
                 )
             picked, picked_scores = self.int8.ranked(query_vector, k, bonus)
             return picked, picked_scores, self.int8.baseline(query_vector, bonus)
-        cosine = self.vectors.scores(query_vector)
+        cosine = self.vectors.scores(query_vector) if cosines is None else cosines
         if self.learned is not None:
             cosine = self.learned.semantic(cosine, query_vector)
         if combined:

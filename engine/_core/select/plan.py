@@ -123,6 +123,9 @@ class RequestVector:
     verdict: Verdict
     weights: FusionWeights = FULL_TIER
     tier: Tier = "full"
+    #: The vector's cosine with every tool of the index it is ranked on, when a burst's
+    #: vectors were scored together (one matrix product); ``None``: scored when ranked.
+    cosines: Vector | None = attrs.field(default=None, eq=False)
 
     @classmethod
     def full(cls, vector: Vector) -> RequestVector:
@@ -135,8 +138,10 @@ class RequestVector:
         return cls(vector, Verdict.applied(), FULL_TIER, "fast")
 
     @classmethod
-    def stepped_down(cls, vector: Vector, reason: str) -> RequestVector:
-        return cls(vector, Verdict.degraded(reason), FAST_TIER, "fast")
+    def stepped_down(
+        cls, vector: Vector, reason: str, cosines: Vector | None = None
+    ) -> RequestVector:
+        return cls(vector, Verdict.degraded(reason), FAST_TIER, "fast", cosines)
 
     @classmethod
     def missing(cls, reason: str) -> RequestVector:
@@ -154,6 +159,7 @@ class RecallPlan:
         vector: the request vector to score with (``None`` for keyword scoring).
         weights: how keyword evidence is fused with that vector's cosine (``combined``).
         tier: which model made the vector (``keyword``: none was used).
+        cosines: the vector's cosines with every tool, when they were computed already.
     """
 
     strategy: Strategy
@@ -161,6 +167,7 @@ class RecallPlan:
     vector: Vector | None = attrs.field(default=None, eq=False)
     weights: FusionWeights = FULL_TIER
     tier: Tier = "keyword"
+    cosines: Vector | None = attrs.field(default=None, eq=False)
 
     @property
     def ranks(self) -> bool:
@@ -201,6 +208,7 @@ def plan_recall(
         vector=request.vector,
         weights=request.weights,
         tier=request.tier,
+        cosines=request.cosines,
     )
 
 

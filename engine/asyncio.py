@@ -35,7 +35,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import outcome
 import trio
@@ -58,7 +58,20 @@ from ._runtime.stateless import try_decide as trio_try_decide
 from ._runtime.statistics import EngineStatistics
 from ._runtime.workers import RunCpu, run_in_thread
 
-__all__ = ["AsyncioEngine", "decide", "open_engine", "route_servers", "try_decide"]
+if TYPE_CHECKING:
+    from ._core.catalog.tool import Tool
+    from ._stores.redis.link import RedisStatistics
+    from ._stores.redis.shared import RedisStores
+
+__all__ = [
+    "AsyncioEngine",
+    "AsyncioRedisStores",
+    "decide",
+    "open_engine",
+    "open_redis_stores",
+    "route_servers",
+    "try_decide",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -486,6 +499,93 @@ async def open_engine(
     )
     async with _guest() as host, host.entered(opening) as engine:
         yield AsyncioEngine(host, engine)
+
+
+class AsyncioRedisStores:
+    """``toolroute.redis.RedisStores`` for asyncio hosts (``open_redis_stores`` below): the
+    same stores on the loop's guest run, ``attach`` and ``update`` awaited from asyncio."""
+
+    def __init__(self, host: _GuestRun, shared: RedisStores) -> None:
+        self._host = host
+        #: The trio ``RedisStores`` underneath.
+        self.shared = shared
+
+    @property
+    def stores(self) -> Stores:
+        """The shared stores, for ``open_engine(..., stores=...)``."""
+        return self.shared.stores
+
+    def statistics(self) -> RedisStatistics:
+        """What this node has counted (``RedisStores.statistics``)."""
+        return self.shared.statistics()
+
+    def attach(
+        self, engine: AsyncioEngine, *, buffer: int = 4096
+    ) -> AbstractAsyncContextManager[None]:
+        """For the block: ``engine``'s events to the stream, the other nodes' catalogue
+        changes into ``engine`` (``RedisStores.attach``)."""
+        return self._host.entered(lambda: self.shared.attach(engine.engine, buffer=buffer))
+
+    async def update(
+        self,
+        engine: AsyncioEngine,
+        *,
+        add: Sequence[Tool] = (),
+        remove: Sequence[str] = (),
+        replace: Sequence[Tool] = (),
+    ) -> None:
+        """``engine.update(...)`` here, then on every other attached node."""
+        await self._host.call(
+            self.shared.update, engine.engine, add=add, remove=remove, replace=replace
+        )
+
+
+@contextlib.asynccontextmanager
+async def open_redis_stores(
+    url: str,
+    *,
+    config: EngineConfig | None = None,
+    namespace: str = "toolroute",
+    node: str | None = None,
+    deadline_s: float = 0.25,
+    probe_interval_s: float = 0.5,
+    lease_s: float = 5.0,
+    lock_wait_s: float = 0.25,
+    session_ttl_s: float | None = None,
+    stream_maxlen: int = 100_000,
+) -> AsyncIterator[AsyncioRedisStores]:
+    """``toolroute.redis.open_redis_stores`` for a running asyncio loop; same arguments (the
+    ``redis`` extra).
+
+    ::
+
+        async with tr.open_redis_stores("redis://127.0.0.1:6379") as shared:
+            async with tr.open_engine(catalog, stores=shared.stores) as engine:
+                async with shared.attach(engine):
+                    ...
+
+    Raises:
+        ConfigError: as ``toolroute.redis.open_redis_stores``, in the asyncio caller.
+
+    **Fail-open:** as ``toolroute.redis.open_redis_stores``.
+    """
+    from ._runtime.redis_stores import open_redis_stores as open_trio_stores
+
+    opening = functools.partial(
+        open_trio_stores,
+        url,
+        config=config,
+        namespace=namespace,
+        node=node,
+        deadline_s=deadline_s,
+        probe_interval_s=probe_interval_s,
+        lease_s=lease_s,
+        lock_wait_s=lock_wait_s,
+        session_ttl_s=session_ttl_s,
+        stream_maxlen=stream_maxlen,
+    )
+    async with _guest() as host, host.entered(opening) as shared:
+        yield AsyncioRedisStores(host, shared)
 
 
 _publish(__name__, globals())

@@ -9,9 +9,10 @@ does not use it.
 
 Background work (the build, every fit) runs in a thread of its own at the lowest CPU
 priority (``at_low_priority``), so a foreground request's model call wins any contest for a
-core; between its steps it stands aside while public calls are in flight (``FOREGROUND``:
-a CPU priority does not share the interpreter), and it stops once the engine is leaving
-(``WorkerCalls.closing``): shutdown never waits for a fit. The service runs under the engine's supervisor.
+core; between its steps it stands aside while public calls crowd (``FOREGROUND``: a CPU
+priority does not share the interpreter), and it stops once the engine is leaving
+(``WorkerCalls.closing``): shutdown never waits for a fit. The service runs under the
+engine's supervisor.
 
 Every request the full tier answers is a free training pair. Pairs wait in memory (at most
 ``load.learn_buffer``; the oldest go first) and are learned and refitted in a worker thread;
@@ -186,8 +187,8 @@ class FastTierService:
         await self._learn_forever(index_of)
 
     def _stopping(self) -> bool:
-        """Asked by background work between its steps (from its thread): it waits while
-        public calls are in flight (``FOREGROUND``), then says whether the engine is leaving."""
+        """Asked by background work between its steps (from its thread): it stands aside
+        while public calls crowd (``FOREGROUND``), then says whether the engine is leaving."""
         return FOREGROUND.stand_aside(self._is_closing)
 
     def _is_closing(self) -> bool:

@@ -269,7 +269,8 @@ def _cosines(
     position = request.index.catalog.position
     explained = list(matched)
     rows = [position(tool_id) for tool_id in explained]
-    names = dict(zip(explained, keyword.name_coverage_of(tokens, rows).tolist(), strict=True))
+    covered = keyword.name_coverage_of(tokens, rows)
+    names = {tool_id: float(covered[i]) for i, tool_id in enumerate(explained)}
     idf, vocabulary = keyword.bm25_idf, keyword.vocabulary
     # A step down to the fast tier fuses with its own weights; a fast ranking that stood
     # (the cascade, applied) with the model's, the ones its floor was chosen with.

@@ -445,6 +445,7 @@ class AsyncioEngine:
     search_tools = _forward(Engine.search_tools)
     learn = _forward(Engine.learn)
     forget = _forward(Engine.forget)
+    reload_learned = _forward(Engine.reload_learned)
 
 
 #: ``toolroute.route_servers`` for asyncio (same arguments; a guest run for the call).

@@ -564,3 +564,20 @@ class Engine(metaclass=NoPublicConstructor):
         if self._learning is not None:
             with open_request("forget"):
                 await self._learning.forget(ids)
+
+    async def reload_learned(self, tool_ids: Sequence[str] | None = None) -> None:
+        """Read ``tool_ids``' learned evidence (every tool's when ``None``) again from the
+        learning store: what another node of a fleet learned since this engine opened.
+        ``toolroute.redis``'s ``attach`` calls it when another node announces a change.
+
+        Raises:
+            ConfigError: ``tool_ids`` is a bare string or holds something not a string.
+
+        **Fail-open:** a store that cannot be read leaves the evidence as it was (a
+        ``fail_open`` event says why).
+        """
+        self._check_open("reload_learned")
+        ids = forget_arguments(tool_ids)
+        if self._learning is not None:
+            with open_request("reload_learned"):
+                await self._learning.reload(ids)

@@ -8,7 +8,9 @@ only writer; everything reaches it as a message in its inbox, in arrival order:
   to each tool's evidence, save those tools' entries in the learning store;
 - ``Sync`` (a new snapshot): give the catalogue's example requests vectors (only those not
   in the book yet) and drop the examples its tools no longer carry;
-- ``Forget`` (``Engine.forget``): remove what was learned from use, per tool or all.
+- ``Forget`` (``Engine.forget``): remove what was learned from use, per tool or all;
+- ``Reload`` (``Engine.reload_learned``): read tools' evidence again from the store (what
+  another node of a fleet learned).
 
 Recall reads the evidence with no round trip: ``applied(index)`` is the index with the
 book's current evidence, built once per (index, book version). The privacy rule
@@ -71,7 +73,16 @@ class Forget:
     reply: trio.MemorySendChannel[None]
 
 
-Message = Learn | Sync | Forget
+@attrs.frozen
+class Reload:
+    """Read ``tool_ids``' evidence (``None``: every tool's) again from the store: what
+    another node of a fleet wrote there."""
+
+    tool_ids: tuple[str, ...] | None
+    reply: trio.MemorySendChannel[None]
+
+
+Message = Learn | Sync | Forget | Reload
 
 
 class Learning:
@@ -177,6 +188,11 @@ class Learning:
         await self._send.send(Forget(tool_ids, send))
         await _reply(receive)
 
+    async def reload(self, tool_ids: tuple[str, ...] | None) -> None:
+        send, receive = trio.open_memory_channel[None](1)
+        await self._send.send(Reload(tool_ids, send))
+        await _reply(receive)
+
     async def ready(self) -> None:
         """Wait until the current snapshot's catalogue examples are in the book."""
         index = self._snapshot().index
@@ -236,6 +252,10 @@ class Learning:
                 case Forget():
                     with message.reply:
                         await self._forget(message.tool_ids)
+                        _answer(message.reply, None)
+                case Reload():
+                    with message.reply:
+                        await self._reload(message.tool_ids)
                         _answer(message.reply, None)
 
     async def _learn(self, message: Learn) -> bool:
@@ -311,6 +331,24 @@ class Learning:
                 self._book.pop(tool_id, None)
         self._changed()
         await self._save(chosen)
+        await self._refresh()
+
+    async def _reload(self, tool_ids: tuple[str, ...] | None) -> None:
+        try:
+            loaded = await self._workers.run(self._store.load, self._identity, limiter=self._io)
+        except EngineClosing:
+            return
+        except Exception as exc:  # the book stays as it was
+            self._fail("reload_learned", f"the learning store could not be read: {brief(exc)}")
+            return
+        chosen = set(self._book) | set(loaded) if tool_ids is None else set(tool_ids)
+        for tool_id in chosen:
+            entries = merged((), loaded.get(tool_id, ()), self._config.per_tool)
+            if entries:
+                self._book[tool_id] = entries
+            else:
+                self._book.pop(tool_id, None)
+        self._changed()
         await self._refresh()
 
     async def _embedded(self, texts: list[str], dim: int, operation: str) -> Vectors | None:

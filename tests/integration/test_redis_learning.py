@@ -144,6 +144,26 @@ async def test_a_tool_learned_on_one_node_ranks_on_another_without_its_text(
         assert await top(third) == "alpha"
 
 
+async def test_a_running_node_reads_what_another_node_learns_and_forgets(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    async with (
+        open_node(redis_server.url, tmp_path / "a", node="a") as (shared_a, first),
+        open_node(redis_server.url, tmp_path / "b", node="b") as (shared_b, second),
+        shared_a.attach(first),
+        shared_b.attach(second),
+    ):
+        await second.ready()
+        assert await top(second) == "alpha"
+        # Learned on the first node while the second runs: the second reads it again.
+        assert await first.learn(LEARNED, ["gamma"]) is True
+        assert await ranks_first(second, "gamma")
+        # Forgotten there: gone here too.
+        await first.forget(["gamma"])
+        assert await ranks_first(second, "alpha")
+        assert shared_b.statistics().failures == 0
+
+
 async def test_request_text_reaches_redis_only_when_kept(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:

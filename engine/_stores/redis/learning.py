@@ -12,21 +12,28 @@ hops onto the event loop under the link's deadline. A read Redis cannot answer s
 near tier's evidence; a write or removal it cannot take waits (the latest per tool) and goes
 out when Redis returns. Two nodes saving one tool at once: the last write stands (each writes
 the whole bounded list it holds).
+
+Every write that reaches Redis is announced on ``<namespace>:learned`` (which node, the
+identity's hash, the tool ids or ``*``; never the evidence): the other attached nodes read
+those tools again (``run_follower``), so a running node sees what another learned.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import threading
-from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ..._core.stores import LearnedExample, LearningStore
 from ..learning import _encoded, _read
 from .caches import Command, _hgetall, _hset, _identity_hash
 from .link import UNAVAILABLE, RedisLink
+from .streams import FOLLOW_BLOCK_MS, _text, _xadd
 
 if TYPE_CHECKING:
     import coredis
@@ -65,9 +72,15 @@ class RedisLearningStore:
     the fleet's entries, which the near tier then keeps); ``save`` and ``forget`` go to both.
     """
 
-    def __init__(self, link: RedisLink, near: LearningStore) -> None:
+    def __init__(
+        self, link: RedisLink, near: LearningStore, *, node: str = "", maxlen: int = 10_000
+    ) -> None:
         self._link = link
         self._near = near
+        self._node = node
+        self._maxlen = maxlen
+        self._notices = link.key("learned")
+        self._identities: dict[str, str] = {}  # hash -> identity, of those this node loaded
         self._lock = threading.Lock()
         self._pending: dict[str, _Waiting] = {}
         self.from_redis = 0  # tools whose evidence the shared tier answered
@@ -84,6 +97,7 @@ class RedisLearningStore:
         return self._link.key("learn", _identity_hash(identity))
 
     def load(self, identity: str) -> dict[str, tuple[LearnedExample, ...]]:
+        self._identities[_identity_hash(identity)] = identity
         found = self._near.load(identity)
         shared = self._link.call_from_thread("learning read", _hgetall(self._key(identity)))
         if shared is UNAVAILABLE:
@@ -118,6 +132,8 @@ class RedisLearningStore:
         if sent is UNAVAILABLE:
             with self._lock:
                 self._pending.setdefault(identity, _Waiting()).tools[tool_id] = value
+        else:
+            self._announce_from_thread(identity, [tool_id])
 
     def forget(self, identity: str, tool_ids: Collection[str] | None = None) -> None:
         self._near.forget(identity, tool_ids)
@@ -135,6 +151,98 @@ class RedisLearningStore:
                     waiting.clear, waiting.tools = True, {}
                 else:
                     waiting.tools.update(dict.fromkeys(tool_ids))
+        else:
+            self._announce_from_thread(identity, None if tool_ids is None else list(tool_ids))
+
+    # -- notices for the other nodes ----------------------------------------------------------
+
+    def _notice(self, identity: str, tools: Sequence[str] | None) -> Callable[..., Any]:
+        fields = {
+            "node": self._node,
+            "identity": _identity_hash(identity),
+            "tools": "*" if tools is None else json.dumps(list(tools)),
+        }
+
+        async def send(client: coredis.Redis[bytes]) -> Any:
+            return await _xadd(client, self._notices, fields, self._maxlen)
+
+        return send
+
+    def _announce_from_thread(self, identity: str, tools: Sequence[str] | None) -> None:
+        # Best effort: a notice Redis misses costs the other nodes that change until they
+        # read the tool again (a restart, or a later notice); the evidence itself is in Redis.
+        self._link.call_from_thread("learning notice", self._notice(identity, tools))
+
+    async def run_follower(
+        self,
+        reload: Callable[[tuple[str, ...] | None], Awaitable[None]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Read again the tools other nodes announce, for the identities this node loaded
+        (``reload(tool_ids)``, ``None`` for every tool), in stream order, from now on."""
+        last = "0-0"
+        newest = await self._link.call("learning follow", self._newest)
+        if newest is not UNAVAILABLE and newest:
+            last = _text(newest[0].identifier)
+        task_status.started()
+        while True:
+            if not self._link.up:
+                await trio.sleep(self._link.probe_interval_s)
+                continue
+            got = await self._link.call(
+                "learning follow", self._after(last), blocks_s=FOLLOW_BLOCK_MS / 1000
+            )
+            if got is UNAVAILABLE or not got:
+                continue
+            for entries in got.values():
+                for entry in entries:
+                    last = _text(entry.identifier)
+                    fields = {_text(k): _text(v) for k, v in entry.field_values.items()}
+                    if not self._concerns_this_node(fields):
+                        continue
+                    try:
+                        tools = _announced_tools(fields)
+                    except ValueError:
+                        continue  # not a notice this version writes
+                    await self._read_again(self._identities[fields["identity"]], tools)
+                    await reload(tools)
+
+    async def _read_again(self, identity: str, tools: tuple[str, ...] | None) -> None:
+        """Bring the near tier to Redis's version of ``tools`` (``None``: every tool): a
+        tool Redis no longer holds was forgotten there. Tools this node still owes Redis
+        keep this node's entries (newer)."""
+        shared = await self._link.call("learning read", _hgetall(self._key(identity)))
+        if shared is UNAVAILABLE:
+            return
+        held = {f.decode("utf-8", "surrogatepass"): v for f, v in shared.items()}
+
+        def apply() -> None:
+            with self._lock:
+                waiting = self._pending.get(identity)
+                owed = set(waiting.tools) if waiting is not None else set()
+            names = set(tools) if tools is not None else set(self._near.load(identity)) | set(held)
+            for tool_id in names - owed:
+                value = held.get(tool_id)
+                read = _read(io.BytesIO(value), identity) if value is not None else None
+                if isinstance(read, str) or (read is not None and read[0] != tool_id):
+                    continue  # another version's record: never misread
+                self._near.save(identity, tool_id, read[1] if read is not None else ())
+
+        await trio.to_thread.run_sync(apply)
+
+    def _concerns_this_node(self, fields: dict[str, str]) -> bool:
+        """Another node's notice, of an identity this node serves."""
+        return fields.get("node") != self._node and fields.get("identity") in self._identities
+
+    async def _newest(self, client: coredis.Redis[bytes]) -> tuple[Any, ...]:
+        return tuple(await client.xrevrange(self._notices, count=1))
+
+    def _after(self, last: str) -> Callable[[coredis.Redis[bytes]], Awaitable[Any]]:
+        async def read(client: coredis.Redis[bytes]) -> Any:
+            return await client.xread({self._notices: last}, count=100, block=FOLLOW_BLOCK_MS)
+
+        return read
 
     async def _resync(self) -> None:
         with self._lock:
@@ -177,3 +285,17 @@ class RedisLearningStore:
 
 def _same(old: Sequence[LearnedExample], new: Sequence[LearnedExample]) -> bool:
     return [e.digest for e in old] == [e.digest for e in new]
+
+
+def _announced_tools(fields: dict[str, str]) -> tuple[str, ...] | None:
+    """A notice's tool ids (``None``: every tool).
+
+    Raises:
+        ValueError: the notice is not one this version writes.
+    """
+    if fields.get("tools") == "*":
+        return None
+    tools = json.loads(fields.get("tools", ""))
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        raise ValueError("not a list of tool ids")
+    return tuple(tools)

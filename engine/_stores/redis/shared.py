@@ -43,6 +43,8 @@ class SharedEngine(Protocol):
         self, *, add: Sequence[Tool] = (), remove: Sequence[str] = (), replace: Sequence[Tool] = ()
     ) -> None: ...
 
+    async def reload_learned(self, tool_ids: Sequence[str] | None = None) -> None: ...
+
 
 class _Reporting:
     """Mixed into each store the engine is given: the engine hands it its event hub."""
@@ -113,7 +115,9 @@ class RedisStores(metaclass=NoPublicConstructor):
         )
         # Learned evidence outlives the process on this node only where the caches do.
         self.learning = RedisLearningStore(
-            link, LearningCache(near / "learning") if near is not None else MemoryLearningStore()
+            link,
+            LearningCache(near / "learning") if near is not None else MemoryLearningStore(),
+            node=node,
         )
         self.fast_tier = RedisFastTierStore(link)
         self.embeddings = embeddings
@@ -135,8 +139,8 @@ class RedisStores(metaclass=NoPublicConstructor):
 
     @asynccontextmanager
     async def attach(self, engine: SharedEngine, *, buffer: int = 4096) -> AsyncIterator[None]:
-        """For the block: publish ``engine``'s events to the stream and apply the other
-        nodes' catalogue changes to it."""
+        """For the block: publish ``engine``'s events to the stream, apply the other nodes'
+        catalogue changes to it, and read again the evidence they learn."""
         # No snapshot: the stream is shared by every node and consumer, and a subscriber's
         # own ``subscription.started`` describes this node's state at attach, not a change.
         async with (
@@ -151,6 +155,7 @@ class RedisStores(metaclass=NoPublicConstructor):
                 await engine.update(add=add, remove=remove, replace=replace)
 
             await nursery.start(self.catalog.run_follower, apply)
+            await nursery.start(self.learning.run_follower, engine.reload_learned)
             try:
                 yield
             finally:

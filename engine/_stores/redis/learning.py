@@ -271,6 +271,7 @@ class RedisLearningStore:
                 return False
             waiting.clear = False
             self._link.counters.writes_resynced += 1
+            await self._link.call("learning notice", self._notice(identity, None))
         for tool_id, value in list(waiting.tools.items()):
             if value is None:
                 sent = await self._link.call("learning resync", _hdel(key, [tool_id]))
@@ -280,6 +281,7 @@ class RedisLearningStore:
                 return False
             del waiting.tools[tool_id]
             self._link.counters.writes_resynced += 1
+            await self._link.call("learning notice", self._notice(identity, [tool_id]))
         return True
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,7 +33,7 @@ from ..._core.stores import LearnedExample, LearningStore
 from ..learning import _encoded, _read
 from .caches import Command, _hgetall, _hset, _identity_hash
 from .link import UNAVAILABLE, RedisLink
-from .streams import FOLLOW_BLOCK_MS, _text, _xadd
+from .streams import _text, _xadd, follow
 
 if TYPE_CHECKING:
     import coredis
@@ -181,32 +181,19 @@ class RedisLearningStore:
     ) -> None:
         """Read again the tools other nodes announce, for the identities this node loaded
         (``reload(tool_ids)``, ``None`` for every tool), in stream order, from now on."""
-        last = "0-0"
-        newest = await self._link.call("learning follow", self._newest)
-        if newest is not UNAVAILABLE and newest:
-            last = _text(newest[0].identifier)
-        task_status.started()
-        while True:
-            if not self._link.up:
-                await trio.sleep(self._link.probe_interval_s)
-                continue
-            got = await self._link.call(
-                "learning follow", self._after(last), blocks_s=FOLLOW_BLOCK_MS / 1000
-            )
-            if got is UNAVAILABLE or not got:
-                continue
-            for entries in got.values():
-                for entry in entries:
-                    last = _text(entry.identifier)
-                    fields = {_text(k): _text(v) for k, v in entry.field_values.items()}
-                    if not self._concerns_this_node(fields):
-                        continue
-                    try:
-                        tools = _announced_tools(fields)
-                    except ValueError:
-                        continue  # not a notice this version writes
-                    await self._read_again(self._identities[fields["identity"]], tools)
-                    await reload(tools)
+
+        async def handle(raw: Mapping[Any, Any]) -> None:
+            fields = {_text(k): _text(v) for k, v in raw.items()}
+            if not self._concerns_this_node(fields):
+                return
+            try:
+                tools = _announced_tools(fields)
+            except ValueError:
+                return  # not a notice this version writes
+            await self._read_again(self._identities[fields["identity"]], tools)
+            await reload(tools)
+
+        await follow(self._link, self._notices, "learning follow", handle, task_status=task_status)
 
     async def _read_again(self, identity: str, tools: tuple[str, ...] | None) -> None:
         """Bring the near tier to Redis's version of ``tools`` (``None``: every tool): a
@@ -234,15 +221,6 @@ class RedisLearningStore:
     def _concerns_this_node(self, fields: dict[str, str]) -> bool:
         """Another node's notice, of an identity this node serves."""
         return fields.get("node") != self._node and fields.get("identity") in self._identities
-
-    async def _newest(self, client: coredis.Redis[bytes]) -> tuple[Any, ...]:
-        return tuple(await client.xrevrange(self._notices, count=1))
-
-    def _after(self, last: str) -> Callable[[coredis.Redis[bytes]], Awaitable[Any]]:
-        async def read(client: coredis.Redis[bytes]) -> Any:
-            return await client.xread({self._notices: last}, count=100, block=FOLLOW_BLOCK_MS)
-
-        return read
 
     async def _resync(self) -> None:
         with self._lock:

@@ -268,6 +268,43 @@ def tool_from_json(data: Mapping[str, Any]) -> Tool:
 ApplyChange = Callable[[Sequence[Tool], Sequence[str], Sequence[Tool]], Awaitable[None]]
 
 
+async def follow(
+    link: RedisLink,
+    key: str,
+    operation: str,
+    handle: Callable[[Mapping[Any, Any]], Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """``handle`` every entry of the stream ``key`` added from now on (its raw fields), in
+    stream order; while Redis is down it waits, then goes on from the last entry it read."""
+    # From the newest entry now (a concrete id: "$" read again later would skip what came
+    # in between); an empty or unreachable stream is read from its start.
+    last = "0-0"
+
+    async def newest(client: coredis.Redis[bytes]) -> tuple[Any, ...]:
+        return tuple(await client.xrevrange(key, count=1))
+
+    async def after(client: coredis.Redis[bytes]) -> Any:
+        return await client.xread({key: last}, count=100, block=FOLLOW_BLOCK_MS)
+
+    reply = await link.call(operation, newest)
+    if reply is not UNAVAILABLE and reply:
+        last = _text(reply[0].identifier)
+    task_status.started()
+    while True:
+        if not link.up:
+            await trio.sleep(link.probe_interval_s)
+            continue
+        got = await link.call(operation, after, blocks_s=FOLLOW_BLOCK_MS / 1000)
+        if got is UNAVAILABLE or not got:
+            continue
+        for entries in got.values():
+            for entry in entries:
+                last = _text(entry.identifier)
+                await handle(entry.field_values)
+
+
 class CatalogFeed:
     """Catalogue changes shared between nodes (see the module docstring)."""
 
@@ -303,35 +340,11 @@ class CatalogFeed:
         self, apply: ApplyChange, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Apply every other node's changes, in stream order, from now on."""
-        # From the newest entry now (a concrete id: "$" read again later would skip what came
-        # in between); an empty or unreachable stream is read from its start.
-        last = "0-0"
-        reply = await self._link.call("catalog follow", self._newest)
-        if reply is not UNAVAILABLE and reply:
-            last = _text(reply[0].identifier)
-        task_status.started()
-        while True:
-            if not self._link.up:
-                await trio.sleep(self._link.probe_interval_s)
-                continue
-            got = await self._link.call(
-                "catalog follow", self._after(last), blocks_s=FOLLOW_BLOCK_MS / 1000
-            )
-            if got is UNAVAILABLE or not got:
-                continue
-            for entries in got.values():
-                for entry in entries:
-                    last = _text(entry.identifier)
-                    await self._apply(entry.field_values, apply)
 
-    async def _newest(self, client: coredis.Redis[bytes]) -> tuple[Any, ...]:
-        return tuple(await client.xrevrange(self._key, count=1))
+        async def handle(fields: Mapping[Any, Any]) -> None:
+            await self._apply(fields, apply)
 
-    def _after(self, last: str) -> Callable[[coredis.Redis[bytes]], Awaitable[Any]]:
-        async def read(client: coredis.Redis[bytes]) -> Any:
-            return await client.xread({self._key: last}, count=100, block=FOLLOW_BLOCK_MS)
-
-        return read
+        await follow(self._link, self._key, "catalog follow", handle, task_status=task_status)
 
     async def _apply(self, raw: Mapping[Any, Any], apply: ApplyChange) -> None:
         fields = {_text(k): _text(v) for k, v in raw.items()}

@@ -32,7 +32,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
-from .learning import Learning, forget_arguments, learn_arguments
+from .learning import Learning, learn_arguments, tool_id_arguments
 from .recall import Recall
 from .request_context import open_request, stamped
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
@@ -560,7 +560,7 @@ class Engine(metaclass=NoPublicConstructor):
         happen.
         """
         self._check_open("forget")
-        ids = forget_arguments(tool_ids)
+        ids = tool_id_arguments(tool_ids, "forget")
         if self._learning is not None:
             with open_request("forget"):
                 await self._learning.forget(ids)
@@ -577,7 +577,7 @@ class Engine(metaclass=NoPublicConstructor):
         ``fail_open`` event says why).
         """
         self._check_open("reload_learned")
-        ids = forget_arguments(tool_ids)
+        ids = tool_id_arguments(tool_ids, "reload_learned")
         if self._learning is not None:
             with open_request("reload_learned"):
                 await self._learning.reload(ids)

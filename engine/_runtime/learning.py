@@ -430,8 +430,8 @@ def learn_arguments(request: object, tool_ids: object, catalog: Catalog) -> tupl
     return ids
 
 
-def forget_arguments(tool_ids: object) -> tuple[str, ...] | None:
-    """``Engine.forget``'s tool ids (``None``: every tool).
+def tool_id_arguments(tool_ids: object, operation: str) -> tuple[str, ...] | None:
+    """``Engine.forget``'s or ``reload_learned``'s tool ids (``None``: every tool).
 
     Raises:
         ConfigError: a bare string, or an id that is not a string.
@@ -440,5 +440,5 @@ def forget_arguments(tool_ids: object) -> tuple[str, ...] | None:
         return None
     ids = id_tuple(tool_ids, "tool_ids")  # type: ignore[arg-type]
     if not all(isinstance(i, str) for i in ids):
-        raise ConfigError("forget: tool_ids must be strings")
+        raise ConfigError(f"{operation}: tool_ids must be strings")
     return ids

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -188,13 +189,11 @@ def test_to_json_is_a_fixed_shape_that_round_trips() -> None:
     assert Explanation(**{**data, "matched_words": tuple(data["matched_words"])}) == explanation
 
 
-def test_a_fast_tier_ranking_explains_the_cosine_under_its_own_fusion_weights() -> None:
-    # The fast tier's rougher vectors are fused with heavier keyword weights; the cosine an
-    # explanation reports is still the vector's own, whichever weights the ranking used.
+def _fast_explanations(request: RequestVector, vector: Any) -> Ranking:
+    """``request`` ranked for "weather forecast"; asserts every explanation says ``fast``
+    and reports the vector's own cosine, whichever weights fused it."""
     index = COMBINED.recall
     query = "weather forecast"
-    vector = HashingEmbedder().embed([query])[0]
-    request = RequestVector.stepped_down(vector, "fast tier: full model busy")
     ranked = COMBINED.ranked(query, request, 5, Strategy.COMBINED)
     selection = select(
         ranked, Policy(adaptive=False), 0.0, explain=ExplainRequest(ask=(), index=index, query=query)
@@ -204,25 +203,24 @@ def test_a_fast_tier_ranking_explains_the_cosine_under_its_own_fusion_weights() 
         assert record.tier == "fast"
         exact = float(index.vectors.matrix[CATALOG.position(record.tool_id)] @ vector)
         assert record.cosine == pytest.approx(exact, abs=1e-5)
+    return ranked
+
+
+def test_a_fast_tier_ranking_explains_the_cosine_under_its_own_fusion_weights() -> None:
+    # The fast tier's rougher vectors are fused with heavier keyword weights; the cosine an
+    # explanation reports is still the vector's own, whichever weights the ranking used.
+    vector = HashingEmbedder().embed(["weather forecast"])[0]
+    request = RequestVector.stepped_down(vector, "fast tier: full model busy")
+    ranked = _fast_explanations(request, vector)
     assert ranked.scores[0] > 4.0  # fused: 0.74 + 4 (the request's words) + 0.33 (its name)
 
 
 def test_a_fast_ranking_that_stood_explains_its_tier_and_cosine_under_the_models_weights() -> None:
     # The cascade: the fast tier's vector, sure enough to stand, is fused with the model's
     # weights (its floor was chosen with them) and the answer is applied, not degraded.
-    index = COMBINED.recall
-    query = "weather forecast"
-    vector = HashingEmbedder().embed([query])[0]
-    ranked = COMBINED.ranked(query, RequestVector.sure(vector), 5, Strategy.COMBINED)
+    vector = HashingEmbedder().embed(["weather forecast"])[0]
+    ranked = _fast_explanations(RequestVector.sure(vector), vector)
     assert (ranked.outcome, ranked.reason, ranked.tier) == (Outcome.APPLIED, "", "fast")
-    selection = select(
-        ranked, Policy(adaptive=False), 0.0, explain=ExplainRequest(ask=(), index=index, query=query)
-    )
-    assert index.vectors is not None
-    for record in selection.explanations:
-        assert record.tier == "fast"
-        exact = float(index.vectors.matrix[CATALOG.position(record.tool_id)] @ vector)
-        assert record.cosine == pytest.approx(exact, abs=1e-5)
     assert ranked.scores[0] < 2.0  # the model's weights: 0.4 and 0.1, not 4 and 0.33
 
 

@@ -20,7 +20,7 @@ from toolroute._core.events import Event, ServiceRestarted
 from toolroute._core.protocols import BuildsFastTier, FastTierModel
 from toolroute._runtime.engine import open_engine
 from toolroute._runtime.fast_tier_service import at_low_priority
-from toolroute._runtime.foreground import MAX_ASIDE_S, Foreground
+from toolroute._runtime.foreground import FOREGROUND, Foreground
 from toolroute._runtime.hub import EventHub
 from toolroute._runtime.workers import SHUTDOWN_GRACE_S
 from toolroute.providers import HashingEmbedder
@@ -183,12 +183,13 @@ class SlowRequests(Builder):
 
 
 async def test_background_work_stands_aside_while_requests_crowd_and_not_for_a_lone_one(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Real threads. The build takes a step every ~5 ms when nothing holds it. With two
-    selects in flight it stands aside (one step per ``MAX_ASIDE_S`` at most); with one, it
-    goes on. Observed over 0.3 s windows, never timed tightly: a broken stand-aside takes
-    dozens of steps in a window, a loaded machine only fewer."""
+    """Real threads. The build takes a step every ~5 ms when nothing holds it. With one
+    select in flight it goes on; with two it stands aside (here without the ``MAX_ASIDE_S``
+    bound, which its own test covers). No bound on real time but generous timeouts: a
+    loaded machine only makes the build slower, which the assertions allow."""
+    monkeypatch.setattr(FOREGROUND, "_max_aside_s", 3600.0)
     builder = SlowRequests()
     config = EngineConfig(
         cache_dir=str(tmp_path), warmup=WarmupConfig(wait=True), deadlines=Deadlines(embed_s=60)
@@ -199,13 +200,14 @@ async def test_background_work_stands_aside_while_requests_crowd_and_not_for_a_l
             nursery.start_soon(engine.select, "a slow request")
             await trio.to_thread.run_sync(builder.waiting.wait, 30)
             lone = builder.steps
-            await trio.sleep(1)
-            assert builder.steps - lone > 1 / MAX_ASIDE_S + 2  # a lone call does not stop it
+            with trio.fail_after(30):  # a lone call does not stop it
+                while builder.steps < lone + 3:  # noqa: ASYNC110 (a thread's counter)
+                    await trio.sleep(0.01)
             nursery.start_soon(engine.select, "a slow request too")
             await trio.sleep(0.1)  # a step already past its check may finish
             before = builder.steps
             await trio.sleep(0.3)
-            assert builder.steps - before <= 0.3 / MAX_ASIDE_S + 2  # stood aside
+            assert builder.steps == before  # stood aside while two calls are in flight
             builder.release.set()
         resumed = builder.steps
         with trio.fail_after(30):

@@ -633,7 +633,7 @@ async def test_a_request_that_gives_up_in_a_fast_tier_batch_leaves_the_rest_answ
         with trio.move_on_after(0 if give_up else 60):  # 0: cancelled at its first wait
             answers[query] = await batch.answer(tier, index, query, 64)
 
-    with trio.fail_after(5):
+    with trio.fail_after(60):  # a hang guard only
         async with trio.open_nursery() as nursery:
             nursery.start_soon(functools.partial(ask, "weather in Oslo", give_up=False))
             nursery.start_soon(functools.partial(ask, "send an email", give_up=True))

@@ -66,7 +66,7 @@ def test_an_asyncio_node_shares_vectors_sessions_events_and_changes(
         async with open_event_consumer(
             redis_server.url, group="g", consumer="c", start="0"
         ) as consumer:
-            with trio.fail_after(10):
+            with trio.fail_after(60):
                 events = [e.event for e in await consumer.read(count=1000)]
         assert any(isinstance(e, StepFinished) and e.session == "trip" for e in events)
 

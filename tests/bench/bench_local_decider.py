@@ -8,6 +8,10 @@
    and the raw cosine's AUROC for comparison; 95 % intervals from 400 bootstrap draws of the
    test rows (LiveMCPBench rows are server pairs, so its interval is optimistic). Targets: ECE ≤ 0.05, AUROC ≥ 0.90.
    ``--out`` also gets ``local_decider_reliability.png`` (reliability diagram).
+   ECE on a few hundred requests is not zero even for a perfectly calibrated model, so each
+   row also prints the *noise floor*: the ECE of outcomes drawn from the model's own
+   probabilities (mean and 95th percentile of 2,000 draws, and how often it is ≤ 0.05), and
+   Spiegelhalter's calibration test (z and its two-sided p; a small p rejects calibration).
 2. **Offline routing.** ``route_servers(task, 70 servers, decider=LocalDecider())`` for each
    LiveMCPBench test task, at the default gate (``min_drop_confidence=0.6``, drop at
    p ≤ 0.2) and stricter ones: the share of tasks whose needed servers are all kept
@@ -20,6 +24,7 @@ Prints Markdown; ``--out DIR`` also writes it to ``DIR/local_decider.md``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,6 +89,20 @@ def interval(metric: Any, p: np.ndarray, y: np.ndarray, draws: int = 400) -> str
     return f"{low:.3f}–{high:.3f}"
 
 
+def noise_floor(p: np.ndarray, draws: int = 2000) -> tuple[float, float, float]:
+    """ECE when the outcomes are drawn from ``p`` itself (a perfectly calibrated model):
+    mean, 95th percentile, and the share of draws at or under the 0.05 target."""
+    rng = np.random.default_rng(0)
+    values = np.array([ece(p, (rng.random(len(p)) < p).astype(float)) for _ in range(draws)])
+    return float(values.mean()), float(np.quantile(values, 0.95)), float((values <= 0.05).mean())
+
+
+def spiegelhalter(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Spiegelhalter's z for calibration and its two-sided p-value."""
+    z = float(np.sum((y - p) * (1 - 2 * p)) / np.sqrt(np.sum((1 - 2 * p) ** 2 * p * (1 - p))))
+    return z, math.erfc(abs(z) / math.sqrt(2))
+
+
 def probabilities(decider: LocalDecider, rows: Rows) -> np.ndarray:
     model = decider.calibration.model(rows.kind)  # type: ignore[arg-type]
     return np.array([_sigmoid(model.logit(row)) for row in rows.features])
@@ -146,9 +165,9 @@ def main() -> None:
     out: list[str] = ["## Calibration (test splits)", ""]
     out.append(
         "| dataset | n | base rate | ECE (15 bins) | ECE 95 % | AUROC | AUROC 95 % | Brier"
-        " | raw cosine AUROC |"
+        " | raw cosine AUROC | ECE if calibrated: mean, 95th, ≤ 0.05 | Spiegelhalter z (p) |"
     )
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     curves = []
     for read in (awareness_rows, bfcl_rows, livemcp_rows):
         rows = read(decider)
@@ -160,6 +179,8 @@ def main() -> None:
             f" {interval(ece, p, y)} | {auroc(p, y):.3f} | {interval(auroc, p, y)} |"
             f" {np.mean((p - y) ** 2):.3f} |"
             f" {auroc(rows.features[test][:, 0], y):.3f} |"
+            " {:.3f}, {:.3f}, {:.0%} |".format(*noise_floor(p))
+            + " {:+.2f} ({:.2f}) |".format(*spiegelhalter(p, y))
         )
     out += ["", "## Offline routing, LiveMCPBench (70 servers)", ""]
     out.append("| split | min_drop_confidence | tasks | all needed kept | servers dropped |")

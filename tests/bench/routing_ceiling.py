@@ -13,7 +13,11 @@ for three scores:
   (its id, description and tool names: ``route_servers``' state);
 - ``best tool``: the best cosine between the task and any one of the server's tools
   (name and description), text that routing does not send today;
-- ``best two tools``: the mean of the server's two best tool cosines.
+- ``best two tools``: the mean of the server's two best tool cosines;
+- ``best tool, combined``: the rank of the server's best tool in toolroute's own combined
+  ranking (keyword and model) of all 527 tools;
+- ``best tool, combined, by clauses``: the same over the task and each of its clauses (split
+  at sentence ends, commas and "and"/"then"), a server ranked by its best tool in any of them.
 
 Then a per-task cut on the server-text score (keep what scores within a margin of the
 task's best server), which may drop many servers for one task and few for another.
@@ -22,6 +26,7 @@ task's best server), which may drop many servers for one task and few for anothe
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,11 +37,17 @@ sys.path.insert(0, str(HERE))
 
 from local_decider_data import DATASETS, livemcp_rows, livemcp_servers, livemcp_tasks  # noqa: E402
 
+from toolroute import Catalog, ToolIndex  # noqa: E402
 from toolroute._core.text import split_identifier  # noqa: E402
 from toolroute.evaluate import split_of  # noqa: E402
 from toolroute.providers import LocalDecider, default_embedder  # noqa: E402
 
 KEEP = (10, 20, 30, 42, 50, 60)
+_CLAUSE = re.compile(r"(?<=[.;!?])\s+|,\s*(?:and\s+|then\s+)?|\s+(?:and\s+)?then\s+|\s+and\s+")
+
+
+def clauses(task: str) -> list[str]:
+    return [c.strip() for c in _CLAUSE.split(task) if len(c.strip()) > 12]
 
 
 def shares(worst: list[int]) -> str:
@@ -68,12 +79,29 @@ def main() -> None:
             out[:, j] = top.mean(axis=1)
         return out
 
+    # Servers by their best tool's place in the combined ranking (higher is better).
+    index = ToolIndex(Catalog.from_file(DATASETS / "livemcpbench/tools.json"), embedder=embedder)
+    server_of = {tool.id: ids.index(tool.server) for tool in index.catalog}
+
+    def combined(texts: list[list[str]]) -> np.ndarray:
+        flat = [text for group in texts for text in group]
+        rankings = iter(index.search_many(flat, len(index.catalog)))
+        out = np.full((len(texts), len(servers)), -float(len(index.catalog)))
+        for i, group in enumerate(texts):
+            for _ in group:
+                for place, tool_id in enumerate(next(rankings).tool_ids):
+                    j = server_of[tool_id]
+                    out[i, j] = max(out[i, j], -place)
+        return out
+
     print("| score | split | tasks | " + " | ".join(f"top {k}" for k in KEEP) + " |")
     print("|---|---|---|" + "---|" * len(KEEP))
     for name, score in (
         ("server text", cosine),
         ("best tool", best(1)),
         ("best two tools", best(2)),
+        ("best tool, combined", combined([[q] for q, _ in tasks])),
+        ("best tool, combined, by clauses", combined([[q, *clauses(q)] for q, _ in tasks])),
     ):
         for split in ("dev", "test"):
             worst = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -185,6 +186,36 @@ class SessionStore(Protocol):
     def __contains__(self, session: object) -> bool: ...
 
     def __len__(self) -> int: ...
+
+
+class Turn(Protocol):
+    """One step's place in its session's line (``OrderedSessionStore.arrive``): entered
+    when the step runs (waits for the places before it, yields the state), or left unused."""
+
+    async def __aenter__(self) -> SessionState: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+    def leave(self) -> None:
+        """Give the place up without entering it (its step will not run)."""
+        ...
+
+
+@runtime_checkable
+class OrderedSessionStore(SessionStore, Protocol):
+    """A session store several nodes share that orders a session's steps by their arrival
+    across all of them. The step actor calls ``arrive`` for each step as its inbox delivers
+    it (so a node's own steps line up in that order) and enters the turn when the step's
+    time in the queue comes, one step per turn; ``hold`` is ``arrive`` entered at once."""
+
+    def arrive(self, session: str) -> Turn:
+        """Take ``session``'s next place in line now; never waits."""
+        ...
 
 
 @runtime_checkable

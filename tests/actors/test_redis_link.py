@@ -313,3 +313,19 @@ async def test_a_hung_redis_holds_a_session_step_at_most_one_deadline(
     assert trio.current_time() - start == pytest.approx(0.1)  # the take; no write was tried
     async with store.hold("s") as state:  # the node's own copy carries the step's change
         assert state.forced_sets == ("mail",)
+
+
+async def test_a_step_waiting_for_its_turn_looks_at_the_line_with_a_back_off(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client, events = ScriptedScripts(), []
+    store = session_store(client, events)
+    client.busy = True
+    async with store.hold("s"):
+        pass
+    # The take, looks after 2, 4, 8, 16, then every 25 ms within lock_wait_s (13), the drop
+    # of the place given up: not a look every 5 ms.
+    assert client.calls == 15
+    [event] = [e for e in events if isinstance(e, FailOpen)]
+    assert event.what_failed == "session turn"
+    assert event.session == "s"

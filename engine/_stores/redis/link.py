@@ -59,6 +59,10 @@ class RedisStatistics:
         events_dropped: events lost (the subscriber fell behind or the outage buffer was full).
         lock_waits: session holds that waited for another node to finish a step.
         lock_timeouts: session holds that gave up waiting and used the local state.
+        tickets_skipped: places in a session's line this node passed over because their
+            node stopped renewing them (a crashed node's steps).
+        tickets_late: steps of this node that held their session after later ones, their
+            place skipped while this node was silent.
     """
 
     up: bool
@@ -75,6 +79,8 @@ class RedisStatistics:
     events_dropped: int
     lock_waits: int
     lock_timeouts: int
+    tickets_skipped: int
+    tickets_late: int
 
 
 @attrs.define
@@ -93,6 +99,8 @@ class Counters:
     events_dropped: int = 0
     lock_waits: int = 0
     lock_timeouts: int = 0
+    tickets_skipped: int = 0
+    tickets_late: int = 0
 
 
 class RedisLink:
@@ -140,6 +148,11 @@ class RedisLink:
         if first and not self.up:
             publish(self._fail_open("connect", self._down_reason))
 
+    def announce(self, event: Event) -> None:
+        """Publish ``event`` through the engine's hub, once the engine handed it."""
+        if self._publish is not None:
+            self._publish(event)
+
     def on_resync(self, resync: Callable[[], Awaitable[None]], pending: Callable[[], int]) -> None:
         """Run ``resync`` when Redis returns; ``pending`` counts the writes it would send."""
         self._resyncs.append(resync)
@@ -162,6 +175,8 @@ class RedisLink:
             events_dropped=c.events_dropped,
             lock_waits=c.lock_waits,
             lock_timeouts=c.lock_timeouts,
+            tickets_skipped=c.tickets_skipped,
+            tickets_late=c.tickets_late,
         )
 
     async def call(

@@ -5,26 +5,28 @@ A session is one Redis string, ``<namespace>:session:<id>``: the state (paging, 
 sticky sets, search activations, sticky servers), the session's routing cache entries (each
 with its wall-clock expiry) and a version, as JSON, expiring ``ttl_s`` after its last write.
 A node holds a session under a lease, ``<namespace>:session:<id>:lock`` (``SET NX PX`` with a
-random token), taken and read in one script and written and released in another, so two
-nodes never step one session at once and a crashed node's lease ends by itself.
+random token), so two nodes never step one session at once and a crashed node's lease ends by
+itself. Every step takes a place in the session's line across the fleet when it arrives
+(``turns.py``): the lease is taken, and the record read, in the script that finds the
+place's turn come; the record is written, the lease released and the line advanced in one
+more. Within a node the places of a session are entered in their arrival order.
 
-Within a node the step actor already orders a session's steps by its inbox; the lease orders
-them across nodes. **Fail-open:** when Redis is down or late, or another node holds the
-session past ``lock_wait_s``, the step runs on this node's last known copy of the state
-(counted, and the link announces the outage); the copy is written back when Redis returns,
-unless another node changed the session meanwhile (then the write is counted as dropped:
-that node's state is the newer).
+**Fail-open:** when Redis is down or late, or the steps before it hold the line past
+``lock_wait_s``, the step runs on this node's last known copy of the state (counted, and the
+link announces an outage); the copy is written back when Redis returns, unless another node
+changed the session meanwhile (then the write is counted as dropped: that node's state is the
+newer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from types import TracebackType
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
@@ -33,29 +35,31 @@ from ..._core.stores import SessionState
 from ..routing_cache import MemoryRoutingCache
 from ..sessions import MemorySessionStore
 from .link import UNAVAILABLE, RedisLink
-
-if TYPE_CHECKING:
-    import coredis
-    from coredis.commands.script import Script
+from .turns import CLAIM_S, Lines, Place, run_script
 
 #: Routing entries kept per session record (the oldest go first).
 ROUTING_PER_SESSION: Final = 32
 #: Changes to sessions this node does not hold, waiting to be applied under their lease.
 UPDATE_QUEUE: Final = 1024
 
-_ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('GET', KEYS[2]) or ''}
-end
-return {0, ''}
-"""
+# KEYS: lock, record, served, claims, ticket. ARGV: token, record, ttl_ms, ticket (0: none).
+# The step's place is done even when its lease ran out (its write is dropped then).
 _RELEASE = """
+local done = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   redis.call('DEL', KEYS[1])
-  return 1
+  done = 1
 end
-return 0
+local mine = tonumber(ARGV[4])
+if mine > 0 then
+  redis.call('HDEL', KEYS[4], ARGV[4])
+  if tonumber(redis.call('GET', KEYS[3]) or '0') < mine then
+    redis.call('SET', KEYS[3], mine, 'PX', ARGV[3])
+  end
+  for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+end
+return done
 """
 # A copy written while Redis was down goes back only if nobody holds the session and its
 # version is still the one the copy started from.
@@ -66,15 +70,6 @@ if current and cjson.decode(current)['v'] ~= tonumber(ARGV[3]) then return 0 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
-
-
-def _run(
-    script: Script[bytes], keys: list[str], args: list[str | int]
-) -> Callable[[coredis.Redis[bytes]], Awaitable[Any]]:
-    async def command(_client: coredis.Redis[bytes]) -> Any:
-        return await script(keys=keys, args=args)
-
-    return command
 
 
 class RoutingCodec(Protocol):
@@ -88,8 +83,6 @@ class RoutingCodec(Protocol):
 @attrs.define(eq=False)
 class _Held:
     state: SessionState
-    holders: int
-    ready: trio.Event
     token: str | None = None  # the lease, when this node got one
     version: int = 0  # the version the state was read at
     routing: dict[str, tuple[float, str]] = attrs.field(factory=dict)  # query -> (expiry, json)
@@ -103,6 +96,39 @@ class _Copy:
     payload: str
     version: int
     token: str | None = None
+    ticket: int = 0  # the place the write completes (0: none)
+
+
+class _Turn:
+    """One step's place in its session's line (``Turn``): entered when the step runs."""
+
+    def __init__(self, store: RedisSessionStore, place: Place) -> None:
+        self._store = store
+        self._place = place
+        self._entry: _Held | None = None
+
+    @property
+    def ticket(self) -> int | None:
+        """Its number in the fleet's line; ``None`` until taken, or when none could be."""
+        return self._place.ticket
+
+    async def __aenter__(self) -> SessionState:
+        self._entry = await self._store._enter(self._place)
+        return self._entry.state
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        entry, self._entry = self._entry, None
+        if entry is not None:
+            await self._store._exit(self._place, entry)
+
+    def leave(self) -> None:
+        if self._entry is None:
+            self._store._lines.leave(self._place)
 
 
 class RedisSessionStore:
@@ -113,8 +139,9 @@ class RedisSessionStore:
         local: this node's copies (its bound and idle time apply to them).
         ttl_s: seconds a session lives in Redis after its last step.
         lease_s: seconds a node's hold lasts at most (a crashed node's hold ends then).
-        lock_wait_s: seconds a step waits for another node to release the session before it
-            runs on this node's copy.
+        lock_wait_s: seconds a step waits for the steps before it in the session's line
+            before it runs on this node's copy.
+        claim_s: seconds a place in line lasts unless this node renews it.
         clock: the time source of ``SessionState.last_seen``.
     """
 
@@ -126,18 +153,19 @@ class RedisSessionStore:
         ttl_s: float,
         lease_s: float,
         lock_wait_s: float,
+        claim_s: float = CLAIM_S,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self._link = link
         self._local = local
         self._ttl_ms = max(1, int(ttl_s * 1000))
-        self._lease_ms = max(1, int(lease_s * 1000))
-        self._lock_wait_s = lock_wait_s
         self._clock = clock
         self._held: dict[str, _Held] = {}
         self._copies: dict[str, _Copy] = {}  # written while down, by session
         self._versions: dict[str, int] = {}  # the version each local copy was read at
-        self._acquire = link.client.register_script(_ACQUIRE)
+        self._lines = Lines(
+            link, ttl_s=ttl_s, lease_s=lease_s, lock_wait_s=lock_wait_s, claim_s=claim_s
+        )
         self._release = link.client.register_script(_RELEASE)
         self._resync_script = link.client.register_script(_RESYNC)
         self._updates_in, self._updates_out = trio.open_memory_channel[
@@ -158,32 +186,43 @@ class RedisSessionStore:
         entry = self._held.get(session)
         return entry.routing if entry is not None else None
 
+    def arrive(self, session: str) -> _Turn:
+        """A place at the end of ``session``'s line, numbered at once (in the background)."""
+        return _Turn(self, self._lines.arrive(session))
+
     @asynccontextmanager
     async def hold(self, session: str) -> AsyncIterator[SessionState]:
-        entry = self._held.get(session)
-        first = entry is None
-        if entry is None:
-            entry = _Held(state=self._local.get(session), holders=1, ready=trio.Event())
-            entry.version = self._versions.get(session, 0)
-            self._held[session] = entry
-        else:
-            entry.holders += 1
+        async with self.arrive(session) as state:
+            yield state
+
+    async def _enter(self, place: Place) -> _Held:
+        """Wait for ``place``'s turn (this node's earlier places of the session first, then
+        the fleet's line), take the lease and read the state; the local copy when Redis
+        did not answer or the turn did not come within ``lock_wait_s``."""
+        session = place.session
         try:
-            if first:
-                try:
-                    await self._take(session, entry)
-                finally:
-                    entry.ready.set()  # holders waiting behind this one go on with what there is
-            else:
-                await entry.ready.wait()
-            yield entry.state
+            await place.first.wait()
+            entry = _Held(state=self._local.get(session))
+            entry.version = self._versions.get(session, 0)
+            record = await self._lines.turn(place)
+            if isinstance(record, bytes):
+                entry.token = place.asked
+                self._read(session, entry, record)
+        except BaseException:
+            self._lines.leave(place)
+            raise
+        self._held[session] = entry
+        return entry
+
+    async def _exit(self, place: Place, entry: _Held) -> None:
+        if self._held.get(place.session) is entry:
+            del self._held[place.session]
+        try:
+            # Twice the deadline: the write's own deadline ends it first, and counts it.
+            with trio.move_on_after(2 * self._link.deadline_s, shield=True):
+                await self._give_back(place, entry)
         finally:
-            entry.holders -= 1
-            if not entry.holders:  # the last holder on this node lets go
-                del self._held[session]
-                # Twice the deadline: the write's own deadline ends it first, and counts it.
-                with trio.move_on_after(2 * self._link.deadline_s, shield=True):
-                    await self._give_back(session, entry)
+            self._lines.leave(place, drop=False)  # written, dropped, or lapsing by itself
 
     def update_nowait(self, session: str, change: Callable[[SessionState], None]) -> None:
         entry = self._held.get(session)
@@ -208,29 +247,6 @@ class RedisSessionStore:
                 async with self.hold(session) as state:
                     change(state)
 
-    async def _take(self, session: str, entry: _Held) -> None:
-        keys = [self._key(session, "lock"), self._key(session)]
-        token = secrets.token_hex(8)
-        waited = False
-        with trio.move_on_after(self._lock_wait_s) as waiting:
-            while True:
-                reply: Any = await self._link.call(
-                    "session hold", _run(self._acquire, keys, [token, self._lease_ms])
-                )
-                if reply is UNAVAILABLE:
-                    return  # the local copy serves this step
-                got, record = reply
-                if int(got):
-                    entry.token = token
-                    self._read(session, entry, bytes(record))
-                    return
-                if not waited:
-                    waited = True
-                    self._link.counters.lock_waits += 1
-                await trio.sleep(0.005)
-        if waiting.cancelled_caught:
-            self._link.counters.lock_timeouts += 1
-
     def _read(self, session: str, entry: _Held, record: bytes) -> None:
         decoded = _decode(record) if record else None
         if record and decoded is None:
@@ -252,24 +268,27 @@ class RedisSessionStore:
         state.last_seen = self._clock()
         entry.state, entry.version, entry.routing = state, version, routing
 
-    async def _give_back(self, session: str, entry: _Held) -> None:
+    async def _give_back(self, place: Place, entry: _Held) -> None:
+        session = place.session
         entry.state.last_seen = self._clock()
         self._keep_locally(session, entry.state)
         payload = _encode(entry.state, entry.version + 1, entry.routing)
         if entry.token is None:  # served from the local copy: goes back on recovery
             self._copies[session] = _Copy(payload, entry.version)
             self._versions[session] = entry.version
+            await self._lines.drop(place)  # its place, for the steps behind it
             return
+        ticket = place.ticket or 0
         reply: Any = await self._link.call(
             "session write",
-            _run(
+            run_script(
                 self._release,
-                [self._key(session, "lock"), self._key(session)],
-                [entry.token, payload, self._ttl_ms],
+                self._release_keys(session),
+                [entry.token, payload, self._ttl_ms, ticket],
             ),
         )
         if reply is UNAVAILABLE:  # the lease stays taken: a retry writes and releases it
-            self._copies[session] = _Copy(payload, entry.version, entry.token)
+            self._copies[session] = _Copy(payload, entry.version, entry.token, ticket)
             self._versions[session] = entry.version
             if self._link.up:  # a missed call, not an outage: retry soon, not at recovery
                 # A full queue: the copy stays for the next hold or the next recovery.
@@ -306,12 +325,16 @@ class RedisSessionStore:
         if copy.token is not None:
             reply = await self._link.call(
                 "session resync",
-                _run(self._release, keys, [copy.token, copy.payload, self._ttl_ms]),
+                run_script(
+                    self._release,
+                    self._release_keys(session),
+                    [copy.token, copy.payload, self._ttl_ms, copy.ticket],
+                ),
             )
         if reply is not UNAVAILABLE and not int(reply):
             reply = await self._link.call(
                 "session resync",
-                _run(self._resync_script, keys, [copy.payload, self._ttl_ms, copy.version]),
+                run_script(self._resync_script, keys, [copy.payload, self._ttl_ms, copy.version]),
             )
         if reply is UNAVAILABLE:
             self._copies.setdefault(session, copy)
@@ -334,8 +357,17 @@ class RedisSessionStore:
                 await trio.sleep(self._link.deadline_s)
                 await self._resync_one(session)
 
+    async def run_lines(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Number each step's place as it arrives and renew this node's places."""
+        await self._lines.run(task_status=task_status)
+
     def _key(self, session: str, *suffix: str) -> str:
         return self._link.key("session", session, *suffix)
+
+    def _release_keys(self, session: str) -> list[str]:
+        return [self._key(session, "lock"), self._key(session), *self._lines.release_keys(session)]
 
 
 def _encode(state: SessionState, version: int, routing: dict[str, tuple[float, str]]) -> str:

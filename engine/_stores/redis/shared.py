@@ -243,6 +243,7 @@ async def open_shared_stores(
                     warming.start_soon(link.call, "connect", _ping)
             await nursery.start(shared.sessions.run_updates)
             await nursery.start(shared.sessions.run_retries)
+            await nursery.start(shared.sessions.run_lines)
             try:
                 yield shared
             finally:

@@ -6,7 +6,10 @@ reply on a one-shot channel. The inbox alone orders a session's work: the actor 
 FIFO queue per session with work pending, and one child task per such session drains it,
 holding the session in the store until the queue is empty (so it is never evicted with
 steps queued or running). Different sessions run concurrently, as children of the actor's
-nursery; the actor's own loop never awaits anything but its inbox.
+nursery; the actor's own loop never awaits anything but its inbox. A store that orders steps
+across nodes (``OrderedSessionStore``, a fleet's) is told of each step as the inbox delivers
+it, so this node's steps take their places in the fleet's line in that order, and the child
+holds the session for one step at a time, in the step's turn.
 
 A caller that gives up (its cancel scope, a deadline) cancels its request's scope: a queued
 request is skipped, a running one is cancelled where it stands, and nothing of it lands later.
@@ -57,14 +60,14 @@ from .._core.select.steps import (
     step_without_ranking,
 )
 from .._core.select.toolsets import ToolSet, system_prompts
-from .._core.stores import SessionState, SessionStore
+from .._core.stores import OrderedSessionStore, SessionState, SessionStore, Turn
 from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .no_tool import ask_no_tool
 from .one_shot import OneShot
 from .recall import Recall
-from .request_context import RequestTag, current, enter, leave
+from .request_context import RequestTag, current, enter, leave, serving
 from .server_router import ServerRouter
 from .statistics import SessionStatistics
 
@@ -179,6 +182,9 @@ class Steps:
         self._record = record  # the learning service's ``offer`` with ``record_calls`` on
         self._router = router
         self._sessions = sessions
+        # Orders a session's steps across the nodes sharing it: a step takes its place in line
+        # when the inbox delivers it, not when its turn in this node's queue comes.
+        self._ordered = sessions if isinstance(sessions, OrderedSessionStore) else None
         self._config = config
         self._set_names_known = tuple(s.name for s in tool_sets)
         self._publish = publish
@@ -186,6 +192,8 @@ class Steps:
         self._inbox: trio.MemorySendChannel[StepRequest] | None = None
         #: The running actor's per-session queues (read by ``statistics``; the actor owns them).
         self._queues: dict[str, deque[StepRequest]] = {}
+        #: The places in line of the queued requests (an ordered store only).
+        self._turns: dict[StepRequest, Turn] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The actor: read requests in arrival order, queue each behind its session's.
@@ -199,6 +207,7 @@ class Steps:
         send, receive = trio.open_memory_channel[StepRequest](INBOX_BUFFER)
         queues: dict[str, deque[StepRequest]] = {}
         self._queues = queues
+        self._turns = {}
         try:
             async with trio.open_nursery() as nursery:
                 self._inbox = send
@@ -245,17 +254,22 @@ class Steps:
         session = request.session
         if session is None:  # nothing to order it against
             nursery.start_soon(self._serve, request, None)
-        elif (queue := queues.get(session)) is not None:
+            return
+        if (queue := queues.get(session)) is not None:
             queue.append(request)  # behind the session's earlier requests
         else:
             queues[session] = queue = deque([request])
             nursery.start_soon(self._drain, session, queue, queues)
+        if self._ordered is not None:  # in inbox order, no checkpoint before the drain reads it
+            self._turns[request] = self._ordered.arrive(session)
 
     async def _drain(
         self, session: str, queue: deque[StepRequest], queues: dict[str, deque[StepRequest]]
     ) -> None:
         """Serve ``session``'s queue in order, holding the session while anything is queued."""
         try:
+            if self._ordered is not None:
+                await self._drain_in_turns(queue)
             while queue:
                 async with self._sessions.hold(session) as state:
                     while queue:
@@ -271,6 +285,25 @@ class Steps:
                 del queues[session]
             for request in queue:  # cancelled (shutdown, a crash): nobody will serve these
                 request.reply.deliver(None)
+                if (turn := self._turns.pop(request, None)) is not None:
+                    turn.leave()  # the steps behind it in line go on
+
+    async def _drain_in_turns(self, queue: deque[StepRequest]) -> None:
+        """Serve the queue one step per turn: each waits for the steps before it in the
+        fleet's line, which may be on other nodes, between this node's own."""
+        while queue:
+            request = queue[0]
+            turn = self._turns[request]
+            if request.reply.abandoned:  # gave up while queued: its place goes too
+                turn.leave()
+            else:
+                with serving(request.tag):  # a wait that fails open says so in its name
+                    async with turn as state:
+                        await self._serve(request, state)
+            del self._turns[request]
+            queue.popleft()
+            if queue:
+                await trio.lowlevel.checkpoint()
 
     async def _serve(self, request: StepRequest, state: SessionState | None) -> None:
         reply = request.reply

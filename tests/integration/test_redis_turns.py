@@ -1,6 +1,6 @@
 """A session's line across nodes sharing one real ``redis-server``: steps are applied in the
-order of the tickets they took on arrival, even while the lease is contended; a ticket whose
-node went silent holds the line only until its claim lapses.
+order of the tickets they took on arrival, across nodes and within one, even while the lease
+is contended; a ticket whose node went silent holds the line only until its claim lapses.
 
 Each test starts its own ``redis-server`` on a free loopback port. The waits are given a
 generous ``lock_wait_s`` so that a loaded machine does not turn a wait into a fail-open step;
@@ -21,9 +21,10 @@ import trio
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
-from redisbox.nodes import node_config
+from redisbox.nodes import node_config, open_nodes
 from redisbox.server import REDIS_SERVER, RedisServer
 
+from toolroute import Outcome
 from toolroute._stores.redis.link import RedisLink
 from toolroute._stores.redis.sessions import RedisSessionStore
 from toolroute._stores.sessions import MemorySessionStore
@@ -106,6 +107,55 @@ async def test_steps_arriving_at_three_nodes_are_applied_in_ticket_order(
         stats = [s.statistics() for s in (a, b, c)]
         assert sum(s.lock_waits for s in stats) > 0  # the line was contended
         assert sum(s.lock_timeouts + s.tickets_late + s.tickets_skipped for s in stats) == 0
+
+
+async def test_an_engines_own_steps_line_up_in_inbox_order_behind_other_nodes(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    async with open_nodes(
+        redis_server.url, tmp_path, 3, attach=False, lock_wait_s=PATIENT_S
+    ) as nodes:
+        entered: list[int] = []  # tickets, in the order the fleet applied their steps
+        arrived: dict[str, list[Any]] = {n.name: [] for n in nodes}
+
+        for node in nodes:
+            store = patient(node.shared.sessions)
+            arrive, enter = store.arrive, store._enter
+
+            def arriving(session: str, arrive: Any = arrive, name: str = node.name) -> Any:
+                turn = arrive(session)
+                arrived[name].append(turn)
+                return turn
+
+            async def entering(place: Any, enter: Any = enter) -> Any:
+                entry = await enter(place)
+                assert entry.token is not None  # its turn, with the lease: not a local copy
+                entered.append(place.ticket)
+                return entry
+
+            store.arrive = arriving  # type: ignore[method-assign]
+            store._enter = entering  # type: ignore[method-assign]
+
+        results = []
+
+        async def step(node: Any, i: int) -> None:
+            results.append(await node.engine.prepare_step(f"book flight {i}", session="trip"))
+
+        with trio.fail_after(120):  # a node waiting on itself would never finish
+            async with trio.open_nursery() as nursery:
+                for i in range(30):  # bursts: each node's actor queues several at once
+                    nursery.start_soon(step, nodes[i % 3], i)
+                    if i % 6 == 5:
+                        await trio.sleep(0.01)
+        assert len(results) == 30
+        assert all(r.outcome is Outcome.APPLIED for r in results)
+        assert len(entered) == 30
+        assert entered == sorted(entered)  # applied in ticket order, across the nodes
+        for turns in arrived.values():  # each node numbered its steps in inbox order
+            numbers = [t.ticket for t in turns]
+            assert numbers == sorted(numbers)
+        stats = [n.shared.statistics() for n in nodes]
+        assert sum(s.lock_timeouts + s.tickets_late for s in stats) == 0
 
 
 @asynccontextmanager

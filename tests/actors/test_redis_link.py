@@ -254,8 +254,8 @@ def test_no_call_waits_past_its_deadline_and_the_link_is_down_exactly_after_miss
 
 
 class ScriptedScripts(ScriptedRedis):
-    """Adds ``register_script``: the lease script answers "held by another node" while
-    ``busy``, and hangs while ``hang``."""
+    """Adds ``register_script``: the turn script (the lease) answers "wait" while ``busy``,
+    with ticket 1, and hangs while ``hang``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -264,8 +264,8 @@ class ScriptedScripts(ScriptedRedis):
     def register_script(self, text: str) -> Any:
         async def run(keys: list[str], args: list[object]) -> Any:
             await self._gate()
-            if "NX" in text:  # take the lease and read the record
-                return [0, b""] if self.busy else [1, b""]
+            if "NX" in text:  # the turn: take the lease and read the record
+                return [0, b"", 0, 1] if self.busy else [1, b"", 0, 1]
             return 1  # write and release
 
         return run
@@ -323,9 +323,10 @@ async def test_a_step_waiting_for_its_turn_looks_at_the_line_with_a_back_off(
     client.busy = True
     async with store.hold("s"):
         pass
-    # The take, looks after 2, 4, 8, 16, then every 25 ms within lock_wait_s (13), the drop
-    # of the place given up: not a look every 5 ms.
-    assert client.calls == 15
+    # Looks at the line at once (taking the ticket), after 2, 4, 8, 16, then every 25 ms
+    # within lock_wait_s (13 in all), then the drop of the place given up: not a look every
+    # 5 ms.
+    assert client.calls == 14
     [event] = [e for e in events if isinstance(e, FailOpen)]
     assert event.what_failed == "session turn"
     assert event.session == "s"

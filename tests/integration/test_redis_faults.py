@@ -107,9 +107,10 @@ async def test_a_slow_redis_costs_a_step_at_most_the_deadline(
                 except trio.WouldBlock:
                     break
         assert max(latencies) < LOOSE_S
-        [event] = [e for e in events if isinstance(e, FailOpen)]
+        # One outage, said once (a step that waited past lock_wait_s for the first step's
+        # late release says so too, as a "session turn").
+        [event] = [e for e in events if isinstance(e, FailOpen) and e.what_failed == "redis"]
         # Late answers, or a connection that could not open in time: either way, said so.
-        assert event.what_failed == "redis"
         assert event.reason.endswith("serving from local stores until Redis answers again")
         stats = node.shared.statistics()
         assert stats.timeouts >= 1

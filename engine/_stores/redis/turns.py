@@ -6,12 +6,16 @@ the session: ``ticket`` (the last number given), ``served`` (every ticket up to 
 and ``claims`` (a hash: ticket → the Redis server time, in ms, at which the place lapses
 unless its node renews it).
 
-- A node numbers the steps that arrived since its last take in one ``INCRBY``, in their
-  arrival order, with their claims: one round trip per batch, and one take in flight per
-  session, so a node's own steps never line up out of their order.
-- The node renews the claims of its places every ``claim_s / 3``. A node that stops (it
-  crashed, or cannot reach Redis) stops renewing: its places lapse ``claim_s`` later and the
-  next place in line skips them.
+- A step that arrives with no earlier step of its session on the node takes its ticket in
+  its first look at the line (one script: number, claim, check the turn, take the lease), so
+  an uncontended step costs the two round trips it did before there was a line. Steps that
+  arrive behind it are numbered in the background, after it, in one ``INCRBY`` per batch,
+  in arrival order, one take in flight per session: a node's own steps never line up out of
+  their order.
+- A waiting place renews its claim with every look at the line; while a node has more than
+  one place in a session's line it renews them all every ``claim_s / 3``. A node that stops
+  (it crashed, or cannot reach Redis) stops renewing: its places lapse ``claim_s`` later and
+  the next place in line skips them.
 - A place whose turn came advances ``served`` past the places it skipped and takes the
   session's lease in the same script. The lease still guards the one writer: a step whose
   own place lapsed while its node was silent finds ``served`` past it and takes the lease
@@ -71,26 +75,34 @@ for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
 return last
 """
 )
-# KEYS: lock, record, ticket, served, claims. ARGV: ticket, token, lease_ms, claim_ms, ttl_ms.
-# {1, record, served, skipped, late} with the lease taken, {0, '', served} to wait.
+# KEYS: lock, record, ticket, served, claims. ARGV: ticket (0: take one now), token, lease_ms,
+# claim_ms, ttl_ms. {1, record, served, ticket, skipped, late} with the lease taken,
+# {0, '', served, ticket} to wait.
 _TURN = (
     _NOW
     + """
 local mine = tonumber(ARGV[1])
 local served = tonumber(redis.call('GET', KEYS[4]) or '0')
+if mine == 0 then
+  if tonumber(redis.call('GET', KEYS[3]) or '0') < served then
+    redis.call('SET', KEYS[3], served)  -- the count expired before the line: go on from it
+  end
+  mine = redis.call('INCR', KEYS[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+end
 local skipped, late = 0, 1
 if served < mine then
   late = 0
   if tonumber(redis.call('GET', KEYS[3]) or '0') < mine then
     redis.call('SET', KEYS[3], mine, 'PX', ARGV[5])  -- the count was lost: later steps after
   end
-  redis.call('HSET', KEYS[5], ARGV[1], now + tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[5], mine, now + tonumber(ARGV[4]))
   redis.call('PEXPIRE', KEYS[5], ARGV[5])
   local claims = redis.call('HGETALL', KEYS[5])
   for i = 1, #claims, 2 do
     local other = tonumber(claims[i])
     if other < mine and other > served and tonumber(claims[i + 1]) > now then
-      return {0, '', served}  -- an earlier step still waits or runs
+      return {0, '', served, mine}  -- an earlier step still waits or runs
     end
   end
   for i = 1, #claims, 2 do
@@ -106,9 +118,9 @@ if served < mine then
   end
 end
 if redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
-  return {1, redis.call('GET', KEYS[2]) or '', served, skipped, late}
+  return {1, redis.call('GET', KEYS[2]) or '', served, mine, skipped, late}
 end
-return {0, '', served}
+return {0, '', served, mine}
 """
 )
 # KEYS: claims, ticket, served. ARGV: claim_ms, ttl_ms, tickets...
@@ -147,6 +159,7 @@ class Place:
     taken: trio.Event = attrs.field(factory=trio.Event)  # the take ended, with or without
     first: trio.Event = attrs.field(factory=trio.Event)  # no place of this node before it
     asked: str = ""  # the token the lease was asked for (a late answer may have given it)
+    inline: bool = False  # numbered by its own first look at the line (the node's first)
     renewed: bool = True  # the node keeps its claim (until it gives it up)
     gone: bool = False  # left the line
 
@@ -158,8 +171,9 @@ class _Line:
     places: deque[Place] = attrs.field(factory=deque)
     untaken: list[Place] = attrs.field(factory=list)  # arrived, not numbered yet
     taking: trio.Lock = attrs.field(factory=trio.Lock)  # one take in flight: order kept
-    poke: trio.Event = attrs.field(factory=trio.Event)  # an arrival or a departure
+    poke: trio.Event = attrs.field(factory=trio.Event)  # an arrival, a departure, a number
     kept: bool = False  # a keeper task takes and renews for it
+    inline: Place | None = None  # the head numbering itself: the rest are numbered after it
 
 
 class Lines:
@@ -202,12 +216,17 @@ class Lines:
         if line is None:
             line = self._lines[session] = _Line()
         place = Place(session)
-        if not line.places:
+        if not line.places:  # entered at once (nothing of this node before it)
             place.first.set()
+            place.inline = True
+            line.inline = place
+        else:
+            line.untaken.append(place)
         line.places.append(place)
-        line.untaken.append(place)
         line.poke.set()
-        if self._nursery is not None and not line.kept:
+        # A lone place needs no keeper: it numbers itself and its looks renew its claim
+        # (while it holds, the lease keeps the others out). One behind it does.
+        if self._nursery is not None and not line.kept and not place.inline:
             line.kept = True
             self._nursery.start_soon(self._keep, session, line)
         return place
@@ -222,6 +241,7 @@ class Lines:
         line = self._lines.get(place.session)
         if line is None:
             return
+        self._numbered_inline(place, line)
         head = bool(line.places) and line.places[0] is place
         line.places.remove(place)
         if place in line.untaken:
@@ -237,7 +257,7 @@ class Lines:
     async def numbered(self, place: Place) -> None:
         """Wait until ``place``'s take ended; take it now when no keeper runs."""
         line = self._lines.get(place.session)
-        while not place.taken.is_set() and line is not None:
+        while not place.taken.is_set() and not place.inline and line is not None:
             if line.kept:  # its keeper numbers it (or lets it go unnumbered as it ends)
                 await place.taken.wait()
             else:
@@ -247,47 +267,61 @@ class Lines:
         """The session's record once ``place`` has its turn and the lease (for the token in
         ``place.asked``); ``None`` past ``lock_wait_s``, ``UNAVAILABLE`` when Redis missed
         a call. The wait for the ticket counts in ``lock_wait_s``."""
-        until = trio.current_time() + self._lock_wait_s
-        with trio.move_on_at(until) as numbering:
-            await self.numbered(place)
-        if place.ticket is None and not numbering.cancelled_caught:
-            return UNAVAILABLE  # the take missed: this step runs on the copy at once
-        if place.ticket is None:
-            self._timed_out(place)
-            return None
-        place.asked = secrets.token_hex(8)
-        keys = [self._key(place.session, k) for k in ("lock", "", "ticket", "served", "claims")]
-        args: list[str | int] = [
-            place.ticket,
-            place.asked,
-            self._lease_ms,
-            self._claim_ms,
-            self._ttl_ms,
-        ]
-        counters = self._link.counters
-        pause, served, waited = POLL_FIRST_S, None, False
-        with trio.move_on_at(until):
-            while True:
-                reply = await self._link.call("session turn", run_script(self._turn, keys, args))
-                if isinstance(reply, Unavailable):
-                    return reply
-                got, raw, *more = reply
-                if int(got):
-                    if len(more) >= 3:
-                        counters.tickets_skipped += int(more[1])
-                        counters.tickets_late += int(more[2])
-                    record: bytes = bytes(raw)
-                    return record
-                if not waited:
-                    waited = True
-                    counters.lock_waits += 1
-                moved = int(more[0]) if more else None
-                if moved != served:  # the line moved: this place's turn may be next
-                    served, pause = moved, POLL_FIRST_S
-                await trio.sleep(pause)
-                pause = min(2 * pause, POLL_MAX_S)
+        with trio.move_on_after(self._lock_wait_s):
+            try:
+                return await self._wait_turn(place)
+            finally:
+                self._numbered_inline(place)  # numbered or not: the places behind it go on
         self._timed_out(place)
         return None
+
+    async def _wait_turn(self, place: Place) -> bytes | Unavailable:
+        await self.numbered(place)
+        if place.ticket is None and not place.inline:
+            return UNAVAILABLE  # the take missed: this step runs on the copy at once
+        place.asked = secrets.token_hex(8)
+        keys = [self._key(place.session, k) for k in ("lock", "", "ticket", "served", "claims")]
+        counters = self._link.counters
+        pause, served, waited = POLL_FIRST_S, None, False
+        while True:
+            args: list[str | int] = [
+                place.ticket or 0,  # 0: numbered by this look
+                place.asked,
+                self._lease_ms,
+                self._claim_ms,
+                self._ttl_ms,
+            ]
+            reply = await self._link.call("session turn", run_script(self._turn, keys, args))
+            if isinstance(reply, Unavailable):
+                return reply
+            got, raw, *more = reply
+            if place.inline and len(more) >= 2:
+                place.ticket = int(more[1])
+            self._numbered_inline(place)
+            if int(got):
+                if len(more) >= 4:
+                    counters.tickets_skipped += int(more[2])
+                    counters.tickets_late += int(more[3])
+                return bytes(raw)
+            if not waited:
+                waited = True
+                counters.lock_waits += 1
+            moved = int(more[0]) if more else None
+            if moved != served:  # the line moved: this place's turn may be next
+                served, pause = moved, POLL_FIRST_S
+            await trio.sleep(pause)
+            pause = min(2 * pause, POLL_MAX_S)
+
+    def _numbered_inline(self, place: Place, line: _Line | None = None) -> None:
+        """``place`` numbered itself (or never will): the keeper numbers the rest now."""
+        if not place.inline:
+            return
+        place.inline = False
+        place.taken.set()
+        line = line or self._lines.get(place.session)
+        if line is not None and line.inline is place:
+            line.inline = None
+            line.poke.set()
 
     def _timed_out(self, place: Place) -> None:
         self._link.counters.lock_timeouts += 1
@@ -335,7 +369,7 @@ class Lines:
         renew_at = trio.current_time() + self._claim_s / 3
         try:
             while line.places:
-                if line.untaken:
+                if line.untaken and line.inline is None:
                     await self._take_for(session, line)
                 elif trio.current_time() >= renew_at:  # however busy the line is
                     await self._renew_for(session, line)

@@ -3,8 +3,9 @@
 How it is run (the ``how`` string of the result says the same):
 
 - Encoder: ``ToolrouteEncoder``, a ``semantic_router.encoders.DenseEncoder`` subclass that wraps
-  ``toolroute.providers.default_embedder()`` (offline MiniLM, 384-d unit rows), so the
-  comparison isolates the router logic from the embedding model.
+  all-MiniLM-L6-v2 as published (``published_minilm()``: offline, 384-d unit rows; not
+  toolroute's tool-tuned default), so the comparison isolates the router logic from the
+  embedding model semantic-router's users would have.
 - One ``Route`` per tool, named by the tool name, with one utterance: ``"<name>: <description>"``
   (the raw name, not split; the description as given).
 - No thresholds: ``confidence_threshold=None`` on the router and on every route, which in the
@@ -122,10 +123,10 @@ def _run(
         HybridLocalIndex,
         PretrainedTokenizer,
     ) = _import()
-    from ..providers import default_embedder
+    from .models import published_minilm
 
     version = metadata.version("semantic-router")
-    embedder = embedder or default_embedder()
+    embedder = embedder or published_minilm()
     encoder = _encoder_class(DenseEncoder)(embedder)
     k_eff = min(k, len(tools))
     routes = [
@@ -176,7 +177,7 @@ def _run(
     )
     how = (
         f"semantic-router {version} IndexedRouter, encoder = DenseEncoder subclass wrapping "
-        f"toolroute default_embedder() ({getattr(embedder, 'identity', '?')}); one Route per tool "
+        f"all-MiniLM-L6-v2 ({getattr(embedder, 'identity', '?')}); one Route per tool "
         "named by the tool name with one utterance '<name>: <description>' (raw name, description "
         "as given); confidence_threshold=None on router and routes (no bar: every route passes, "
         "never abstains), no fit/calibrator; "

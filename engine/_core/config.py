@@ -84,7 +84,7 @@ class SelectionDefaults:
     route_servers: bool = attrs.field(default=False, validator=_flag)
     #: ``select`` and ``prepare_step`` ask the engine's decider whether the request needs any
     #: tool, and show none but ``always_active`` on a confident "no" (``no_tool_needed``).
-    #: Off: on the dev splits the chosen gate still hid a needed tool for 0.27 % of BFCL's
+    #: Off: on the test splits the chosen gate still hid a needed tool for 0.40 % of BFCL's
     #: tool-needing requests, and it costs a decision call per request.
     no_tool: bool = attrs.field(default=False, validator=_flag)
     #: How confident the "no" must be: ``|p - 0.5| * 2``; 0.9 hides tools at p(tool) ≤ 0.05

@@ -183,6 +183,7 @@ PROVIDERS = {
     "HashingEmbedder",
     "Int8Kernel",
     "MiniLMEmbedder",
+    "ORIGINAL_MINILM_SHA256",
     "OnnxInt8Kernel",
     "OpenAIEmbedder",
     "Redactor",

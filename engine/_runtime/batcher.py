@@ -25,9 +25,10 @@ EmbedBatch = Callable[[Sequence[str]], Vectors]
 
 #: Weight of the newest batch in the per-text model time (an EWMA: a few batches adapt it).
 _EWMA_WEIGHT: Final = 0.3
-#: Batches the early leave reads the model's time from: the median of the newest three, so
-#: one cold or stalled batch (a first call, a small batch's fixed cost) cannot turn a whole
-#: burst away, while a slowdown seen by two batches in a row is acted on at once.
+#: Batches the early leave reads the model's time from: the newest, or the median of the
+#: newest three when slower, and nothing before three. One cold or stalled batch (a first
+#: call, a small batch's fixed cost) then cannot turn a whole burst away once a newer batch
+#: ran at speed, while a slowdown is acted on from the batch that shows it.
 _RECENT_BATCHES: Final = 3
 
 
@@ -49,10 +50,11 @@ class BatcherLoad:
         return (self.outstanding + 1) * self.seconds_per_text
 
     def recent_seconds_per_text(self) -> float | None:
-        """The median time per text of the newest three batches; ``None`` before three."""
+        """The newest batch's time per text, or the median of the newest three when slower;
+        ``None`` before three batches."""
         if len(self._recent) < _RECENT_BATCHES:
             return None
-        return statistics.median(self._recent)
+        return max(self._recent[-1], statistics.median(self._recent))
 
     def measured(self, seconds: float, texts: int) -> None:
         sample = seconds / max(texts, 1)
@@ -216,7 +218,8 @@ def _without_late(batch: list[Embed], *, alone: bool, load: BatcherLoad) -> list
     if alone and len(batch) == 1:
         return batch
     # The newest batches, not the average: a burst slows the model from one batch to the
-    # next faster than the average follows. Before three batches nothing is predicted.
+    # next faster than the average follows, and a cold first batch would weigh on the
+    # average long after. Before three batches nothing is predicted.
     per_text = load.recent_seconds_per_text()
     if per_text is None:
         return batch

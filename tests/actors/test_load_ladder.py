@@ -530,17 +530,16 @@ async def test_under_load_the_fast_tier_answers_once_without_the_cascade(
 async def test_a_request_whose_batch_would_end_too_late_leaves_the_queue_at_once(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    # Calibrated at 50 ms a request, the model then slows to 200 ms (two batches see it, as
-    # under a burst): a queued request whose batch is predicted to end past its deadline
-    # steps down when the batch forms, instead of waiting out the deadline for an answer
-    # that cannot come. (A budget this loose leaves the queue to the batcher.)
+    # Calibrated at 50 ms a request, the model then slows to 200 ms (as under a burst): a
+    # queued request whose batch is predicted to end past its deadline steps down when the
+    # batch forms, instead of waiting out the deadline for an answer that cannot come. (A
+    # budget this loose leaves the queue to the batcher.)
     model = ScriptedEmbedder(delay=0.05, max_batch=1)
     load = LoadConfig(min_served=100, refit_every=4, budget_s=5.0)
     async with ladder(model, ScriptedFastTier(served=500), load=load) as harness:
-        await harness.rank("calibrate the model time")
+        for n in range(3):  # nothing is predicted before three batches
+            await harness.rank(f"calibrate the model time {n}")
         model.delay = 0.2
-        for n in range(2):  # the newest three batches are what the prediction reads
-            await harness.rank(f"the model slows down {n}")
         results = await burst(harness, [f"send email number {n}" for n in range(4)])
     early = [(r, w) for _, r, w in results if "busy model would have answered" in r]
     assert early

@@ -10,6 +10,8 @@ deadline for nothing (under a burst the model runs slower than a lone call measu
 from __future__ import annotations
 
 import contextlib
+import statistics
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -23,6 +25,11 @@ EmbedBatch = Callable[[Sequence[str]], Vectors]
 
 #: Weight of the newest batch in the per-text model time (an EWMA: a few batches adapt it).
 _EWMA_WEIGHT: Final = 0.3
+#: Batches the early leave reads the model's time from: the newest, or the median of the
+#: newest three when slower, and nothing before three. One cold or stalled batch (a first
+#: call, a small batch's fixed cost) then cannot turn a whole burst away once a newer batch
+#: ran at speed, while a slowdown is acted on from the batch that shows it.
+_RECENT_BATCHES: Final = 3
 
 
 class BatcherLoad:
@@ -36,17 +43,23 @@ class BatcherLoad:
     def __init__(self) -> None:
         self.outstanding = 0
         self.seconds_per_text = 0.0
-        self.last_seconds_per_text = 0.0  # the newest batch alone
+        self._recent: deque[float] = deque(maxlen=_RECENT_BATCHES)
 
     def predicted_wait(self) -> float:
         """Seconds a request sent now would wait for its vector (0 before any measurement)."""
         return (self.outstanding + 1) * self.seconds_per_text
 
+    def recent_seconds_per_text(self) -> float | None:
+        """The newest batch's time per text, or the median of the newest three when slower;
+        ``None`` before three batches."""
+        if len(self._recent) < _RECENT_BATCHES:
+            return None
+        return max(self._recent[-1], statistics.median(self._recent))
+
     def measured(self, seconds: float, texts: int) -> None:
-        self.last_seconds_per_text = seconds / max(texts, 1)
-        self.seconds_per_text = ewma(
-            self.seconds_per_text, self.last_seconds_per_text, _EWMA_WEIGHT
-        )
+        sample = seconds / max(texts, 1)
+        self._recent.append(sample)
+        self.seconds_per_text = ewma(self.seconds_per_text, sample, _EWMA_WEIGHT)
 
 
 def ewma(current: float, sample: float, weight: float) -> float:
@@ -204,9 +217,12 @@ def _without_late(batch: list[Embed], *, alone: bool, load: BatcherLoad) -> list
     the model's time is measured again after a slow moment."""
     if alone and len(batch) == 1:
         return batch
-    # The newer of the two when it is slower: a burst slows the model from one batch to the
-    # next faster than the average follows.
-    per_text = max(load.seconds_per_text, load.last_seconds_per_text)
+    # The newest batches, not the average: a burst slows the model from one batch to the
+    # next faster than the average follows, and a cold first batch would weigh on the
+    # average long after. Before three batches nothing is predicted.
+    per_text = load.recent_seconds_per_text()
+    if per_text is None:
+        return batch
     ends = trio.current_time() + per_text * len(batch)
     kept = []
     for message in batch:

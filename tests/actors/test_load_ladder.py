@@ -532,11 +532,13 @@ async def test_a_request_whose_batch_would_end_too_late_leaves_the_queue_at_once
 ) -> None:
     # Calibrated at 50 ms a request, the model then slows to 200 ms (as under a burst): a
     # queued request whose batch is predicted to end past its deadline steps down when the
-    # batch forms, instead of waiting out the deadline for an answer that cannot come.
+    # batch forms, instead of waiting out the deadline for an answer that cannot come. (A
+    # budget this loose leaves the queue to the batcher.)
     model = ScriptedEmbedder(delay=0.05, max_batch=1)
-    load = LoadConfig(min_served=100, refit_every=4, budget_s=0.2)
+    load = LoadConfig(min_served=100, refit_every=4, budget_s=5.0)
     async with ladder(model, ScriptedFastTier(served=500), load=load) as harness:
-        await harness.rank("calibrate the model time")
+        for n in range(3):  # nothing is predicted before three batches
+            await harness.rank(f"calibrate the model time {n}")
         model.delay = 0.2
         results = await burst(harness, [f"send email number {n}" for n in range(4)])
     early = [(r, w) for _, r, w in results if "busy model would have answered" in r]
@@ -546,6 +548,22 @@ async def test_a_request_whose_batch_would_end_too_late_leaves_the_queue_at_once
     assert max(w for _, _, w in results) <= BUDGET
     texts = set(model.texts)
     assert sum(f"send email number {n}" in texts for n in range(4)) < 4  # not all sent
+
+
+async def test_one_slow_first_batch_does_not_turn_a_burst_away(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A cold first call (400 ms) would predict a burst's batch of six far past the deadline;
+    # one batch is not a load, so the batch runs, and every request gets the model's answer.
+    # (A budget this loose leaves the queue to the batcher.)
+    model = ScriptedEmbedder(delay=0.4, max_batch=8)
+    load = LoadConfig(min_served=100, refit_every=4, budget_s=5.0)
+    async with ladder(model, ScriptedFastTier(served=500), load=load) as harness:
+        await harness.rank("a slow first call")
+        await trio.sleep(1)
+        model.delay = 0.01
+        results = await burst(harness, [f"book flight number {n}" for n in range(6)])
+    assert [(outcome, reason) for outcome, reason, _ in results] == [(Outcome.APPLIED, "")] * 6
 
 
 async def test_a_lone_request_runs_however_slow_the_model_was_measured(

@@ -179,8 +179,12 @@ def hop(server: RedisServer, sessions: int = 100, steps: int = 6) -> None:
     print(f"  steps compared {total}, differing from one process: {differing}")
     print(f"  hopped step latency ms: p50 {q[49]:.2f}  p99 {q[98]:.2f}")
     print(
-        "  replicas' Redis failures/timeouts/lock timeouts: "
-        + ", ".join(f"{s['failures']}/{s['timeouts']}/{s['lock_timeouts']}" for s in stats)
+        "  replicas' Redis failures/timeouts/lock timeouts/tickets skipped/tickets late: "
+        + ", ".join(
+            f"{s['failures']}/{s['timeouts']}/{s['lock_timeouts']}"
+            f"/{s['tickets_skipped']}/{s['tickets_late']}"
+            for s in stats
+        )
     )
 
 

@@ -40,7 +40,8 @@ from toolroute.providers import MiniLMEmbedder
 from toolroute.stores import EmbeddingCache
 
 sys.path.insert(0, str(Path(__file__).parent))
-from finetune_model import in_holdout  # the script beside this one
+from bench_long import Memo  # the scripts beside this one
+from finetune_model import in_holdout
 
 QUERY_FILES = {
     "metatool": "queries.json",
@@ -50,25 +51,6 @@ QUERY_FILES = {
 }
 K = 5
 STRATEGIES = ("combined", "semantic")
-
-
-class Memo:
-    """Remembers vectors per text, so both strategies embed a request once."""
-
-    def __init__(self, inner: MiniLMEmbedder) -> None:
-        self.inner = inner
-        self.identity, self.dim, self.max_batch = inner.identity, inner.dim, inner.max_batch
-        self.reach = inner.reach
-        self.token_counts = inner.token_counts
-        self.memo: dict[str, np.ndarray] = {}
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if missing:
-            self.memo.update(zip(missing, self.inner.embed(missing), strict=True))
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        return np.stack([self.memo[t] for t in texts])
 
 
 def load_model(directory: Path, variant: str) -> MiniLMEmbedder:
@@ -99,7 +81,7 @@ def scores(
         test = [q for q in queries if q.split == "dev" and in_holdout(q.text, holdout)]
     else:
         test = [q for q in queries if q.split == "test"]
-    index = ToolIndex(catalog, embedder=Memo(embedder), cache=EmbeddingCache(cache))
+    index = ToolIndex(catalog, embedder=Memo(embedder, counts=True), cache=EmbeddingCache(cache))
     texts = [q.text for q in test]
     return {
         s: hits(test, [r.tool_ids for r in index.search_many(texts, 10, strategy=s)])

@@ -54,28 +54,19 @@ async def wait_for_ticket(turn: Any) -> int:
 async def test_steps_arriving_at_three_nodes_are_applied_in_ticket_order(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
+    def node(name: str) -> Any:
+        return open_redis_stores(
+            redis_server.url,
+            config=node_config(tmp_path / name),
+            node=name,
+            deadline_s=1.0,
+            lock_wait_s=PATIENT_S,
+        )
+
     async with (
-        open_redis_stores(
-            redis_server.url,
-            config=node_config(tmp_path / "a"),
-            node="a",
-            deadline_s=1.0,
-            lock_wait_s=PATIENT_S,
-        ) as a,
-        open_redis_stores(
-            redis_server.url,
-            config=node_config(tmp_path / "b"),
-            node="b",
-            deadline_s=1.0,
-            lock_wait_s=PATIENT_S,
-        ) as b,
-        open_redis_stores(
-            redis_server.url,
-            config=node_config(tmp_path / "c"),
-            node="c",
-            deadline_s=1.0,
-            lock_wait_s=PATIENT_S,
-        ) as c,
+        node("a") as a,
+        node("b") as b,
+        node("c") as c,
     ):
         stores = [patient(a.sessions), patient(b.sessions), patient(c.sessions)]
         rng = random.Random(7)

@@ -27,6 +27,7 @@ from .._core.decide.types import (
 from .._core.errors import ConfigError
 from .._core.outcome import Outcome
 from .._core.recall.keyword import KeywordIndex
+from .._core.routing.usage import SimilarUses
 from .._core.text import tokenize
 from .._decisions.actor import DecisionActor
 from .._decisions.hosts import require_trio
@@ -58,6 +59,7 @@ class _Decisions:
     actor: DecisionActor | None
     window: int
     limiter: trio.CapacityLimiter | None
+    similar: SimilarUses | None = None
 
 
 @attrs.frozen
@@ -85,7 +87,12 @@ async def _by_decision(
         began = trio.current_time()
         model = getattr(decider, "model", None)
         parts = routing_parts(
-            query, asked, config, decider.limits, model if isinstance(model, str) else None
+            query,
+            asked,
+            config,
+            decider.limits,
+            model if isinstance(model, str) else None,
+            decisions.similar,
         )
         report = await decide_parts(
             parts,
@@ -269,9 +276,11 @@ async def route_servers_via(
     config: RoutingConfig = _DEFAULT,
     limiter: trio.CapacityLimiter | None = None,
     window: int = DEFAULT_CONCURRENCY,
+    similar: SimilarUses | None = None,
 ) -> RoutingOutcome:
     """:func:`route_servers` with its decision batches on ``actor`` (the engine's; ``None``:
-    the stateless one), at most ``window`` of this call in flight."""
+    the stateless one), at most ``window`` of this call in flight; ``similar``: what the
+    engine's similar learned requests used, for a decider that reads it."""
     started = trio.current_time()
     entries = _entries(servers)
     ids = [e.server.id for e in entries]
@@ -316,7 +325,7 @@ async def route_servers_via(
                 generator,
                 embedder,
                 config,
-                _Decisions(actor, window, limiter),
+                _Decisions(actor, window, limiter, similar),
                 stage,
             )
         )

@@ -22,6 +22,7 @@ from .._core.decide.types import BooleanQuestion, DecisionRequest, decision_key
 from .._core.outcome import Outcome
 from .._core.routing.config import RoutingConfig as RoutingConfig
 from .._core.routing.config import Wording
+from .._core.routing.usage import SimilarUses
 from .._core.select.conversation import read_turns
 
 Strategy: TypeAlias = Literal["none", "embedding", "decision", "generative"]
@@ -146,28 +147,39 @@ def server_question(candidate: Candidate, index: int, wording: Wording) -> Boole
     )
 
 
-def _listed(entry: Candidate) -> dict[str, Any]:
-    """What the state says about one server."""
-    return {
+def _listed(entry: Candidate, similar: SimilarUses | None = None) -> dict[str, Any]:
+    """What the state says about one server (with ``similar``: how many of the similar
+    learned requests used it)."""
+    listed: dict[str, Any] = {
         "name": entry.server.id,
         "does": does(entry.server, entry.names),
         "tool_count": len(entry.names),
     }
+    if similar is not None:
+        listed["similar_uses"] = similar.counts.get(entry.server.id, 0)
+    return listed
 
 
 def routing_request(
-    query: str, entries: Sequence[Candidate], config: RoutingConfig, *, first: int = 0
+    query: str,
+    entries: Sequence[Candidate],
+    config: RoutingConfig,
+    *,
+    first: int = 0,
+    similar: SimilarUses | None = None,
 ) -> DecisionRequest:
     """One question per entry, keyed ``server__<first + i>``; the state lists the servers in order.
 
     ``first`` is the position of ``entries[0]`` among every server asked, when
     ``entries`` is one part of a split request (see :func:`routing_parts`); a
     question's ``available_servers[i]`` still points into this part's state.
+    ``similar`` (for a decider that reads it) adds ``similar_requests`` to the state and
+    each server's ``similar_uses``.
     """
-    state = {
-        "request": query[: config.max_query_chars],
-        "available_servers": [_listed(e) for e in entries],
-    }
+    state: dict[str, Any] = {"request": query[: config.max_query_chars]}
+    if similar is not None:
+        state["similar_requests"] = similar.requests
+    state["available_servers"] = [_listed(e, similar) for e in entries]
     questions = {
         decision_key("server", first + i): server_question(e, i, config.wording)
         for i, e in enumerate(entries)
@@ -181,6 +193,7 @@ def routing_parts(
     config: RoutingConfig,
     limits: DecisionLimits,
     model: str | None = None,
+    similar: SimilarUses | None = None,
 ) -> list[DecisionRequest]:
     """The routing request, split so that each part's state fits the provider's window.
 
@@ -197,23 +210,27 @@ def routing_parts(
         config: the routing config.
         limits: the decision provider's limits.
         model: the model the provider will ask (its per-model window applies).
+        similar: what similar learned requests used (:func:`routing_request`).
     """
     limits = limits.for_model(model)
     window = None if limits.advisory else limits.max_state_tokens
     if window is None:
-        return [routing_request(query, entries, config)]
+        return [routing_request(query, entries, config, similar=similar)]
     # The state as json.dumps writes it (what the estimate reads), priced piece by piece:
     # linear in the number of servers, where re-pricing every grown run was quadratic.
     request = json.dumps(query[: config.max_query_chars], ensure_ascii=False)
+    counted = f'"similar_requests": {similar.requests}, ' if similar is not None else ""
     runs = fitting_runs(
-        [json.dumps(_listed(e), ensure_ascii=False) for e in entries],
-        head=f'{{"request": {request}, "available_servers": [',
+        [json.dumps(_listed(e, similar), ensure_ascii=False) for e in entries],
+        head=f'{{"request": {request}, {counted}"available_servers": [',
         tail="]}",
         separator=", ",
         window=window,
         limits=limits,
     )
     return [
-        routing_request(query, entries[run.start : run.stop], config, first=run.start)
+        routing_request(
+            query, entries[run.start : run.stop], config, first=run.start, similar=similar
+        )
         for run in runs
-    ] or [routing_request(query, entries, config)]
+    ] or [routing_request(query, entries, config, similar=similar)]

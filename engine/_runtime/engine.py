@@ -277,6 +277,7 @@ def _assemble(
         key,
         sessions=stores.sessions,
         cache=stores.routing,
+        similar_uses=learning.similar_uses if learning is not None else None,
     )
     selector = Selector(
         keeper,

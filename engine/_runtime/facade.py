@@ -528,8 +528,9 @@ class Engine(metaclass=NoPublicConstructor):
         ``config.learning.keep_text``), at most ``config.learning.per_tool`` per tool.
 
         Returns:
-            Whether it was recorded: ``False`` for a keyword-only engine, or when the
-            request could not be embedded within ``config.learning.deadline_s``.
+            Whether it was recorded: ``False`` for a keyword-only engine (or one whose
+            warm-up failed; a call during warm-up waits for it), or when the request could
+            not be embedded within ``config.learning.deadline_s``.
 
         Raises:
             ConfigError: ``request`` is not a non-empty string, or ``tool_ids`` is a bare
@@ -546,6 +547,7 @@ class Engine(metaclass=NoPublicConstructor):
         if self._learning is None:
             return False
         with open_request("learn"):
+            await self._keeper.ready()  # evidence is a vector: learned from warm-up on
             return await self._learning.learn(request, ids)
 
     async def forget(self, tool_ids: Sequence[str] | None = None) -> None:

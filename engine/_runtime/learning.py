@@ -21,24 +21,28 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import trio
 
-from .._core.catalog.catalog import Catalog, id_tuple
+from .._core.catalog.catalog import Catalog, Server, id_tuple
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError
 from .._core.events import Event, FailOpen
 from .._core.recall.index import RecallIndex, brief
 from .._core.recall.learned import learned_scores, merged, request_digest
+from .._core.routing.usage import SimilarUses, UseLog
 from .._core.select.arguments import query_text
 from .._core.stores import LearnedExample, LearningStore
 from .recall import query_vectors
 from .snapshot import Snapshot
 from .workers import EngineClosing, WorkerCalls
+
+if TYPE_CHECKING:
+    from ..providers import Embedder
 
 Vectors = npt.NDArray[np.float32]
 T = TypeVar("T")
@@ -101,7 +105,7 @@ class Learning:
     def __init__(
         self,
         store: LearningStore,
-        embedder: object,
+        embedder: Embedder,
         *,
         config: EngineConfig,
         workers: WorkerCalls,
@@ -124,6 +128,7 @@ class Learning:
         self._version = 0
         self._memo: tuple[RecallIndex, RecallIndex] | None = None  # (served, with evidence)
         self._synced: RecallIndex | None = None
+        self._uses: tuple[int, UseLog | None] | None = None  # (book version, its use log)
         self._send, self._receive = trio.open_memory_channel[Message](INBOX)
         self.dropped = 0  # recorded calls dropped on a full inbox
 
@@ -166,6 +171,43 @@ class Learning:
             return
         if self._version == version:  # nothing changed meanwhile (it is only a head start)
             self._memo = (index, learned)
+
+    async def similar_uses(
+        self, request: str, servers: Sequence[Server], deadline_s: float
+    ) -> SimilarUses | None:
+        """How many of the learned requests nearest ``request`` used each of ``servers``.
+
+        **Fail-open:** ``None`` when nothing was learned from use, or the request could not
+        be embedded within ``deadline_s`` (routing then judges on the text alone).
+        """
+        known = self._uses
+        if not self._book or (known is not None and known[0] == self._version and known[1] is None):
+            return None
+        version, book = self._version, dict(self._book)
+        with trio.move_on_after(deadline_s):
+            try:
+                return await self._workers.run(
+                    self._similar, request, servers, version, book, limiter=self._cpu
+                )
+            except Exception:  # EngineClosing too: no evidence, the text decides
+                return None
+        return None
+
+    def _similar(
+        self,
+        request: str,
+        servers: Sequence[Server],
+        version: int,
+        book: Mapping[str, Sequence[LearnedExample]],
+    ) -> SimilarUses | None:
+        memo = self._uses
+        if memo is None or memo[0] != version:
+            memo = self._uses = (version, UseLog.from_book(book))
+        log = memo[1]
+        if log is None:
+            return None
+        vectors = query_vectors(self._embedder, [request], log.dim)
+        return log.similar(vectors[0], servers)
 
     # -- callers ------------------------------------------------------------------------------
 

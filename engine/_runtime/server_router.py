@@ -3,7 +3,7 @@ per-session routing cache and sticky servers, and events."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -13,6 +13,7 @@ from .._core.catalog.catalog import Catalog, Server
 from .._core.config import EngineConfig
 from .._core.events import Event, FailOpen, RoutingFinished, query_hash
 from .._core.outcome import Outcome
+from .._core.routing.usage import SimilarUses
 from .._core.stores import RoutingCache, SessionState, SessionStore
 from .._routing.pipeline import RoutingOutcome, route_servers_via, routing_query
 from .decision_service import DecisionService
@@ -20,6 +21,9 @@ from .request_context import stamped
 
 if TYPE_CHECKING:
     from ..providers import Embedder, Generator
+
+#: ``Learning.similar_uses``: (request, servers, deadline) → what similar requests used.
+SimilarUsesOf = Callable[[str, Sequence[Server], float], Awaitable[SimilarUses | None]]
 
 
 class ServerRouter:
@@ -43,6 +47,7 @@ class ServerRouter:
         sessions: SessionStore,
         cache: RoutingCache[object],
         clock: Callable[[], float] = trio.current_time,
+        similar_uses: SimilarUsesOf | None = None,
     ) -> None:
         self._config = config
         self._decisions = decisions
@@ -53,6 +58,7 @@ class ServerRouter:
         self._sessions = sessions
         self._cache = cache
         self._clock = clock
+        self._similar_uses = similar_uses
 
     async def route_servers(
         self,
@@ -83,7 +89,14 @@ class ServerRouter:
             routing = attrs.evolve(cached, cache_hit=True, latency_ms=0.0)
         else:
             sticky = tuple(state.sticky_servers) if state is not None else ()
-            known = {s.id for s in (servers.servers if isinstance(servers, Catalog) else servers)}
+            listed = servers.servers if isinstance(servers, Catalog) else servers
+            known = {s.id for s in listed}
+            similar = None
+            # Only a decider that reads it is told what similar learned requests used.
+            if self._similar_uses is not None and getattr(
+                self._decisions.decider, "reads_similar_uses", False
+            ):
+                similar = await self._similar_uses(text, listed, self._config.deadlines.embed_s)
             routing = await route_servers_via(
                 self._decisions.actor,
                 text,
@@ -100,6 +113,7 @@ class ServerRouter:
                     ),
                 ),
                 window=self._decisions.concurrency,
+                similar=similar,
             )
             if cache_key is not None and routing.outcome in (Outcome.APPLIED, Outcome.DEGRADED):
                 self._cache.put(cache_key, routing, self._clock())

@@ -34,7 +34,15 @@ from ..._core.decide.types import (
 )
 from ..._core.errors import ConfigError, DecisionError, DecisionErrorKind
 from ..._core.protocols import Embedder
-from .local_features import FEATURES, Floats, Kind, Subject, question_subjects, request_text
+from .local_features import (
+    FEATURES,
+    Floats,
+    Kind,
+    Subject,
+    question_subjects,
+    request_text,
+    usage_shifts,
+)
 from .local_features import subject_features as subject_features
 
 #: The calibration file shipped with the package.
@@ -84,6 +92,23 @@ class CalibrationModel:
 
 
 @attrs.frozen(kw_only=True)
+class UsageModel:
+    """How what similar learned requests used moves a server's probability:
+    ``bias + weight * shift`` added to its logit, ``shift`` from
+    :func:`~.local_features.usage_shifts` with ``pseudo`` requests of shrinkage."""
+
+    weight: float = attrs.field(converter=float)
+    bias: float = attrs.field(converter=float)
+    pseudo: float = attrs.field(converter=float)
+
+    def __attrs_post_init__(self) -> None:
+        if not all(map(math.isfinite, (self.weight, self.bias, self.pseudo))) or self.pseudo <= 0:
+            raise ConfigError(
+                f"a usage model needs finite weights and pseudo > 0, got {attrs.asdict(self)!r}"
+            )
+
+
+@attrs.frozen(kw_only=True)
 class Calibration:
     """How features become probabilities, for the embedder they were measured with.
 
@@ -91,12 +116,15 @@ class Calibration:
         embedder: the identity of the embedder the features were fitted with.
         one: the model for questions about one subject.
         any: the model for questions about any of a list.
+        usage: for a server the engine's routing counted similar learned requests for,
+            how the count moves its probability (``None``: it does not).
         note: how it was fitted (method, data, command), for people.
     """
 
     embedder: str
     one: CalibrationModel
     any: CalibrationModel
+    usage: UsageModel | None = None
     note: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -123,6 +151,7 @@ class Calibration:
                 embedder=str(data["embedder"]),
                 one=CalibrationModel(**data["one"]),
                 any=CalibrationModel(**data["any"]),
+                usage=UsageModel(**data["usage"]) if data.get("usage") is not None else None,
                 note=str(data.get("note", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -139,6 +168,7 @@ class Calibration:
             "note": self.note,
             "one": attrs.asdict(self.one),
             "any": attrs.asdict(self.any),
+            "usage": attrs.asdict(self.usage) if self.usage is not None else None,
         }
 
     @classmethod
@@ -161,7 +191,10 @@ class LocalDecider:
 
     It answers boolean questions ("does the request need the server X?", "... any of
     ``available_tools``?") with a calibrated probability, and choice questions with a
-    distribution over the options. A question naming ``available_servers[i]`` (or
+    distribution over the options. In an engine that learned from use it also reads how
+    many of the similar learned requests used each server (``reads_similar_uses``): a
+    server those requests needed is kept more readily, one none of them touched is
+    dropped more readily. A question naming ``available_servers[i]`` (or
     ``available_tools[i]``) is about that entry of the state; one naming the list without
     an index is about any of its entries; any other question is about its own statement.
     The request is the state (a string) or its ``request``/``query`` field.
@@ -180,6 +213,8 @@ class LocalDecider:
     """
 
     name: str = "local"
+    #: The engine's routing tells it what similar learned requests used.
+    reads_similar_uses: bool = True
     #: No caps: nothing leaves the process. The timeout covers one embedding call.
     limits: DecisionLimits = DecisionLimits(timeout_s=10.0)
 
@@ -262,7 +297,8 @@ class LocalDecider:
             self._cache.clear()
 
     def features(self, request: DecisionRequest) -> dict[str, Any]:
-        """Each question's subject kind and feature row (for a choice, one per option).
+        """Each boolean question's ``(subject kind, feature row, usage shift or None)``;
+        for a choice, ``(option, row)`` per option.
 
         What the calibration is fitted on; synchronous (it embeds).
         """
@@ -280,17 +316,26 @@ class LocalDecider:
                 out[key] = [(name, row) for (name, _), row in zip(found, rows, strict=True)]
         # Boolean questions of one request are siblings of each other (a routing request).
         booleans = [k for k, f in subjects.items() if isinstance(f, Subject)]
-        rows = subject_features([subjects[k] for k in booleans], query, vectors, text)
-        for key, row in zip(booleans, rows, strict=True):
-            out[key] = (subjects[key].kind, row)
+        siblings = [subjects[k] for k in booleans]
+        rows = subject_features(siblings, query, vectors, text)
+        pseudo = self.calibration.usage.pseudo if self.calibration.usage is not None else 1.0
+        shifts = usage_shifts(siblings, pseudo)
+        for key, row, shift in zip(booleans, rows, shifts, strict=True):
+            out[key] = (subjects[key].kind, row, shift)
         return out
+
+    def _logit(self, kind: Kind, row: Floats, shift: float | None) -> float:
+        z = self.calibration.model(kind).logit(row)
+        usage = self.calibration.usage
+        if shift is not None and usage is not None:
+            z += usage.bias + usage.weight * shift
+        return z
 
     def _answer(self, request: DecisionRequest) -> dict[str, Answer]:
         answers: dict[str, Answer] = {}
         for key, found in self.features(request).items():
             if isinstance(found, tuple):
-                kind, row = found
-                p = _sigmoid(self.calibration.model(kind).logit(row))
+                p = _sigmoid(self._logit(*found))
                 if math.isfinite(p):
                     answers[key] = BooleanAnswer(probability=p)
                 continue

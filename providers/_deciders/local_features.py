@@ -47,10 +47,12 @@ FEATURES: dict[Kind, tuple[str, ...]] = {
 
 @attrs.frozen
 class Subject:
-    """What one question is about: a single text, or any of several."""
+    """What one question is about: a single text, or any of several; for a listed server
+    the engine's routing annotated, ``(similar_uses, similar_requests)``."""
 
     kind: Kind
     texts: tuple[str, ...]
+    uses: tuple[int, int] | None = None
 
 
 def request_text(state: Any) -> str:
@@ -99,14 +101,66 @@ def boolean_subject(question: BooleanQuestion, state: Any) -> Subject:
         entries = _listed(state, pointed.group(1))
         index = int(pointed.group(2))
         if entries is not None and index < len(entries):
-            return Subject("one", (entry_text(entries[index]),))
+            return Subject("one", (entry_text(entries[index]),), _uses(state, entries[index]))
     else:
         named = _NAMED.search(text)
         entries = _listed(state, named.group(1)) if named else None
         if entries is not None:
             return Subject("any", tuple(entry_text(e) for e in entries))
     true = question.true if isinstance(question.true, str) else ""
-    return Subject("one", (bounded(f"{text} {true}".strip(), MAX_TEXT_CHARS),))
+    statement = (bounded(f"{text} {true}".strip(), MAX_TEXT_CHARS),)
+    return Subject("one", statement, _uses(state, _quoted_server(state, text)))
+
+
+def _quoted_server(state: Any, text: str) -> Any:
+    """The listed server whose name the question quotes first (``the "fetch" server``)."""
+    found, first = None, len(text)
+    for entry in _listed(state, "available_servers") or ():
+        if isinstance(entry, Mapping):
+            at = text.find(f'"{entry.get("name")}"')
+            if 0 <= at < first:
+                found, first = entry, at
+    return found
+
+
+def _uses(state: Any, entry: Any) -> tuple[int, int] | None:
+    """``(similar_uses, similar_requests)`` when the state carries both, well formed."""
+    if not isinstance(entry, Mapping):
+        return None
+    used, of = entry.get("similar_uses"), state.get("similar_requests")
+    if type(used) is int and type(of) is int and 0 <= used <= of and of > 0:
+        return used, of
+    return None
+
+
+def usage_shifts(subjects: Sequence[Subject], pseudo: float) -> list[float | None]:
+    """How much more (or less) often than an average sibling each subject was used by the
+    similar learned requests, in log-odds; ``None`` for a subject without counts.
+
+    With ``v`` of ``k`` similar requests using a server and ``r`` the siblings' mean share,
+    the shift is ``logit((v + pseudo * r) / (k + pseudo)) - logit(r)``: 0 for an average
+    server, and counts shrunk toward the average so a few requests move it little.
+    """
+    counted = [s.uses for s in subjects if s.uses is not None]
+    if not counted:
+        return [None] * len(subjects)
+    base = sum(v for v, _ in counted) / sum(k for _, k in counted)
+    if not 0 < base < 1:  # no sibling used at all (or every one always): nothing to tell
+        return [None if s.uses is None else 0.0 for s in subjects]
+    shifts: list[float | None] = []
+    for subject in subjects:
+        if subject.uses is None:
+            shifts.append(None)
+            continue
+        used, of = subject.uses
+        rate = (used + pseudo * base) / (of + pseudo)
+        shifts.append(_logit(rate) - _logit(base))
+    return shifts
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    return math.log(p / (1 - p))
 
 
 def option_subjects(question: ChoiceQuestion) -> list[tuple[str, Subject]]:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 import trio
@@ -23,6 +24,7 @@ from toolroute import (
     try_decide,
 )
 from toolroute._core.config import EngineConfig
+from toolroute._core.routing.usage import SimilarUses
 from toolroute._routing.questions import Candidate, routing_request
 from toolroute._runtime.engine import open_engine
 from toolroute.decisions import (
@@ -34,8 +36,10 @@ from toolroute.decisions import (
     ScoreQuestion,
 )
 from toolroute.providers import Calibration, HashingEmbedder, LocalDecider, default_decider
-from toolroute.providers._deciders.local import CalibrationModel
+from toolroute.providers._deciders.local import CalibrationModel, UsageModel
 from toolroute.providers._deciders.local_features import FEATURES
+from toolroute.stores import MemoryLearningStore, Stores
+from toolroute.testing import ScriptedDecider, ScriptedEmbedder, inline_cpu
 
 #: Probability rises with the cosine only: easy to reason about in a test.
 COSINE_ONLY = Calibration(
@@ -256,3 +260,110 @@ async def test_the_engine_takes_it_from_the_environment_and_routes_with_it(
         assert outcome.strategy == "decision"
         assert outcome.answered == 2
         assert "mail" in outcome.selected
+
+
+FLEET = Catalog.from_mcp_servers(
+    {
+        "files": {"tools": [{"name": "write_file", "description": "write text to a file"}]},
+        "web": {"tools": [{"name": "search", "description": "search the web for pages"}]},
+        "mail": {"tools": [{"name": "send_email", "description": "send an email message"}]},
+    }
+)
+
+
+class ReadsUses(ScriptedDecider):
+    """A decider that asks to be told what similar learned requests used."""
+
+    reads_similar_uses = True
+
+
+async def learned_engine(decider: Any, embedder: ScriptedEmbedder) -> Any:
+    return open_engine(
+        FLEET,
+        config=EngineConfig(cache=False, routing=RoutingConfig(generative=False)),
+        embedder=embedder,
+        run_cpu=inline_cpu(embedder),
+        decider=decider,
+        stores=Stores(learning=MemoryLearningStore()),
+    )
+
+
+async def test_an_engine_tells_a_reading_decider_what_similar_requests_used(
+    autojump_clock: trio.MockClock,
+) -> None:
+    decider = ReadsUses(default=0.9)
+    async with await learned_engine(decider, ScriptedEmbedder(dim=64)) as engine:
+        files = FLEET.servers[0].tool_ids[0]
+        assert await engine.learn("write the weekly report to a file", [files])
+        assert await engine.learn("save the weekly notes", [files])
+        await engine.route_servers("write the weekly summary")
+    state = decider.requests[-1].state
+    assert state["similar_requests"] == 2
+    counts = {s["name"]: s["similar_uses"] for s in state["available_servers"]}
+    assert counts == {"files": 2, "web": 0, "mail": 0}
+
+
+async def test_other_deciders_and_engines_that_learned_nothing_send_no_counts(
+    autojump_clock: trio.MockClock,
+) -> None:
+    plain = ScriptedDecider(default=0.9)  # a vendor: its state is what it always was
+    async with await learned_engine(plain, ScriptedEmbedder(dim=64)) as engine:
+        assert await engine.learn("save the notes", [FLEET.servers[0].tool_ids[0]])
+        await engine.route_servers("write the summary")
+    reading = ReadsUses(default=0.9)
+    async with await learned_engine(reading, ScriptedEmbedder(dim=64)) as engine:
+        await engine.route_servers("write the summary")  # nothing learned from use
+    for state in (plain.requests[-1].state, reading.requests[-1].state):
+        assert "similar_requests" not in state
+        assert all("similar_uses" not in s for s in state["available_servers"])
+
+
+async def test_routing_goes_on_without_counts_when_the_request_cannot_be_embedded(
+    autojump_clock: trio.MockClock,
+) -> None:
+    embedder = ScriptedEmbedder(dim=64)
+    decider = ReadsUses(default=0.9)
+    async with await learned_engine(decider, embedder) as engine:
+        assert await engine.learn("save the notes", [FLEET.servers[0].tool_ids[0]])
+        embedder.faults = ["raise"]  # every later embedding raises
+        outcome = await engine.route_servers("write the summary")
+        embedder.faults, embedder.delay = [], 60.0  # and past the deadline
+        late = await engine.route_servers("write the summary again")
+    assert outcome.answered == late.answered == 3
+    for request in decider.requests[-2:]:
+        assert "similar_requests" not in request.state
+
+
+def counted_request(uses: Sequence[int] | None) -> DecisionRequest:
+    servers = [Server("mail", "send an email message"), Server("files", "write a file")]
+    similar = (
+        None
+        if uses is None
+        else SimilarUses(requests=20, counts={s.id: u for s, u in zip(servers, uses, strict=True)})
+    )
+    entries = [Candidate(s, ()) for s in servers]
+    return routing_request(
+        "send an email message to bob", entries, RoutingConfig(), similar=similar
+    )
+
+
+async def test_a_server_similar_requests_used_is_likelier_and_an_unused_one_less() -> None:
+    usage = UsageModel(weight=1.5, bias=0.0, pseudo=20.0)
+    decider = LocalDecider(
+        embedder=HashingEmbedder(dim=512),
+        calibration=attrs.evolve(COSINE_ONLY, usage=usage),
+        run_cpu=inline,
+    )
+
+    async def probabilities(uses: Sequence[int] | None) -> list[float]:
+        result = await decider.decide(counted_request(uses))
+        return [result.answers[f"server__{i}"].probability for i in (0, 1)]  # type: ignore[union-attr]
+
+    plain = await probabilities(None)
+    mail_used = await probabilities([12, 2])
+    assert mail_used[0] > plain[0]
+    assert mail_used[1] < plain[1]
+    assert await probabilities([5, 5]) == pytest.approx(plain)  # average: no shift
+    # Without a usage model the counts change nothing.
+    counted = await local().decide(counted_request([12, 2]))
+    assert counted.answers == (await local().decide(counted_request(None))).answers

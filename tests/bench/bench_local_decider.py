@@ -36,20 +36,29 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from local_decider_data import (  # noqa: E402
+    DATASETS,
     Rows,
     awareness_rows,
     bfcl_rows,
     livemcp_rows,
     livemcp_servers,
+    livemcp_task_tools,
     livemcp_tasks,
 )
 
-from toolroute import RoutingConfig, route_servers  # noqa: E402
+from toolroute import (  # noqa: E402
+    Catalog,
+    EngineConfig,
+    RoutingConfig,
+    open_engine,
+    route_servers,
+)
 from toolroute.evaluate import split_of  # noqa: E402
 from toolroute.providers import LocalDecider  # noqa: E402
 from toolroute.providers._deciders.local import _sigmoid  # noqa: E402
+from toolroute.stores import MemoryLearningStore, Stores  # noqa: E402
 
-GATES = (0.6, 0.8, 0.9, 0.95, 0.98, 0.99)
+GATES = (0.6, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
 
 
 def ece(p: np.ndarray, y: np.ndarray, bins: int = 15) -> float:
@@ -144,17 +153,49 @@ async def routing(split: str) -> list[str]:
     lines = []
     for gate in GATES:
         config = RoutingConfig(min_drop_confidence=gate, generative=False)
-        kept_all, dropped = 0, []
-        for query, needed in tasks:
-            outcome = await route_servers(query, servers, decider=decider, config=config)
-            kept_all += needed <= set(outcome.selected)
-            dropped.append(len(outcome.excluded) / len(servers))
-        p = (1 - gate) / 2
-        lines.append(
-            f"| {split} | {gate:g} (drop at p ≤ {p:.3g}) | {len(tasks)} |"
-            f" {kept_all / len(tasks):.1%} | {np.mean(dropped):.1%} |"
-        )
+        outcomes = [
+            (needed, await route_servers(query, servers, decider=decider, config=config))
+            for query, needed in tasks
+        ]
+        lines.append(routing_line(f"{split}, text only", gate, outcomes, len(servers)))
     return lines
+
+
+async def routing_learned() -> list[str]:
+    """Test tasks routed by an engine that learned every dev task with its tools."""
+    catalog = Catalog.from_file(DATASETS / "livemcpbench/tools.json")
+    by_name = {tool.name: tool.id for tool in catalog}
+    tasks = list(livemcp_task_tools())
+    lines = []
+    for gate in GATES:
+        config = EngineConfig(routing=RoutingConfig(min_drop_confidence=gate, generative=False))
+        async with open_engine(
+            catalog,
+            config=config,
+            decider=LocalDecider(),
+            stores=Stores(learning=MemoryLearningStore()),
+        ) as engine:
+            await engine.ready()
+            for query, tools in tasks:
+                if split_of(query) == "dev":
+                    assert await engine.learn(query, [by_name[t] for t in tools])
+            outcomes = []
+            for query, tools in tasks:
+                if split_of(query) == "test":
+                    needed = {catalog[by_name[t]].server for t in tools}
+                    outcomes.append((needed, await engine.route_servers(query)))
+        lines.append(routing_line("test, dev tasks learned", gate, outcomes, len(catalog.servers)))
+    return lines
+
+
+def routing_line(label: str, gate: float, outcomes: list[tuple[Any, Any]], servers: int) -> str:
+    kept_all = np.mean([needed <= set(outcome.selected) for needed, outcome in outcomes])
+    dropped = np.mean([len(outcome.excluded) / servers for _, outcome in outcomes])
+    p = (1 - gate) / 2
+    return (
+        f"| {label} | {gate:g} (drop at p ≤ {p:.3g}) | {len(outcomes)} |"
+        f" {kept_all:.1%} | {dropped:.1%} |"
+    )
 
 
 def main() -> None:
@@ -183,10 +224,11 @@ def main() -> None:
             + " {:+.2f} ({:.2f}) |".format(*spiegelhalter(p, y))
         )
     out += ["", "## Offline routing, LiveMCPBench (70 servers)", ""]
-    out.append("| split | min_drop_confidence | tasks | all needed kept | servers dropped |")
+    out.append("| tasks | min_drop_confidence | tasks | all needed kept | servers dropped |")
     out.append("|---|---|---|---|---|")
     for split in ("dev", "test"):
         out += trio.run(routing, split)
+    out += trio.run(routing_learned)
     text = "\n".join(out)
     print(text)
     if args.out is not None:

@@ -19,34 +19,53 @@ import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from local_decider_data import Rows, awareness_rows, bfcl_rows, livemcp_rows  # noqa: E402
+from local_decider_data import (  # noqa: E402
+    Rows,
+    awareness_rows,
+    bfcl_rows,
+    livemcp_rows,
+    livemcp_servers,
+    livemcp_shifts,
+)
 
+from toolroute._core.routing.usage import SIMILAR_REQUESTS  # noqa: E402
 from toolroute.providers import Calibration, LocalDecider, default_embedder  # noqa: E402
-from toolroute.providers._deciders.local import CalibrationModel  # noqa: E402
+from toolroute.providers._deciders.local import CalibrationModel, UsageModel  # noqa: E402
 from toolroute.providers._deciders.local_features import FEATURES  # noqa: E402
 
 OUT = HERE.parents[1] / "providers/_deciders/local_calibration.json"
 L2 = 1e-3
 #: Ridge penalties tried for the request vector's weights (``any`` questions only).
 PRIORS = (0.3, 1.0, 3.0)
+#: Similar learned requests counted, and the shrinkage toward the average server, tried for
+#: the usage model (LiveMCPBench dev has 75 tasks: 200 counts every other one).
+LIMITS = (10, 20, 40, 200)
+PSEUDO = (2.0, 5.0, 10.0, 20.0)
+#: Routing gates (``min_drop_confidence``) the usage model is judged at.
+GATES = (0.9, 0.95, 0.98, 0.99, 0.995)
 
 
 def fit_logistic(
-    x: np.ndarray, y: np.ndarray, penalty: np.ndarray, iterations: int = 60
+    x: np.ndarray,
+    y: np.ndarray,
+    penalty: np.ndarray,
+    iterations: int = 60,
+    offset: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """``[bias, *weights]`` maximising the log-likelihood less ``sum(penalty * w**2) / 2``
-    (the bias unpenalised)."""
+    (the bias unpenalised), each row's logit starting at ``offset``."""
     x1 = np.c_[np.ones(len(x)), x]
     w = np.zeros(x1.shape[1])
     ridge = np.diag(np.r_[0.0, penalty])
     for _ in range(iterations):
-        p = 1.0 / (1.0 + np.exp(-(x1 @ w)))
+        p = 1.0 / (1.0 + np.exp(-(offset + x1 @ w)))
         grad = x1.T @ (p - y) + ridge @ w
         hess = x1.T @ (x1 * (p * (1 - p))[:, None]) + ridge + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
@@ -127,6 +146,57 @@ def choose(kind: str, datasets: list[Rows]) -> tuple[str, np.ndarray, np.ndarray
     return label, full, request, table
 
 
+def routed(p: np.ndarray, labels: np.ndarray, servers: int) -> list[tuple[float, float, float]]:
+    """``(gate, share of tasks with every needed server kept, share dropped)`` per gate, for
+    rows of ``servers`` per task (a server drops at ``p <= (1 - gate) / 2``)."""
+    p, needed = p.reshape(-1, servers), labels.reshape(-1, servers).astype(bool)
+    out = []
+    for gate in GATES:
+        keep = p > (1 - gate) / 2
+        out.append((gate, float((needed <= keep).all(axis=1).mean()), float(1 - keep.mean())))
+    return out
+
+
+def fit_usage(embedder: Any, one: CalibrationModel, rows: Rows) -> UsageModel:
+    """The usage model: for each shrinkage and neighbourhood, ``bias + weight * shift`` fitted
+    on the dev rows (leave-one-out counts) on top of the ``one`` model's logit; chosen by
+    routing on dev: the most servers dropped at a gate that keeps every needed server for
+    ≥ 98 % of dev tasks (Brier breaks ties). Prints the table it chose from."""
+    dev = rows.splits == "dev"
+    servers = len(livemcp_servers()[0])
+    base = np.array([one.logit(r) for r in rows.features])
+    print("\n| similar requests | pseudo | dev Brier | dev kept / dropped at 0.98, 0.99, 0.995 |")
+    print("|---|---|---|---|")
+    best: tuple[tuple[float, float], UsageModel, int] | None = None
+    for limit in LIMITS:
+        for pseudo in PSEUDO:
+            blank = UsageModel(weight=0.0, bias=0.0, pseudo=pseudo)
+            calibration = Calibration(
+                embedder=embedder.identity, one=one, any=one_any(), usage=blank
+            )
+            decider = LocalDecider(embedder=embedder, calibration=calibration, cache_size=100_000)
+            shift = np.nan_to_num(livemcp_shifts(decider, embedder, limit).astype(float))
+            w = fit_logistic(shift[dev, None], rows.labels[dev], np.array([L2]), offset=base[dev])
+            p = 1.0 / (1.0 + np.exp(-(base + w[0] + w[1] * shift)))
+            brier = float(np.mean((p[dev] - rows.labels[dev]) ** 2))
+            routes = routed(p[dev], rows.labels[dev], servers)
+            shown = ", ".join(f"{k:.1%} / {d:.1%}" for g, k, d in routes if g >= 0.98)
+            print(f"| {limit} | {pseudo:g} | {brier:.4f} | {shown} |")
+            dropped = max((d for _, k, d in routes if k >= 0.98), default=0.0)
+            model = UsageModel(weight=round(w[1], 6), bias=round(w[0], 6), pseudo=pseudo)
+            if best is None or (dropped, -brier) > best[0]:
+                best = ((dropped, -brier), model, limit)
+    assert best is not None
+    print(f"chosen: {best[2]} similar requests, {best[1]}")
+    if best[2] != SIMILAR_REQUESTS:
+        print(f"note: the engine counts {SIMILAR_REQUESTS} similar requests (SIMILAR_REQUESTS)")
+    return best[1]
+
+
+def one_any() -> CalibrationModel:
+    return CalibrationModel(features=FEATURES["any"], weights=[0.0] * 4, bias=0.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
@@ -153,14 +223,17 @@ def main() -> None:
             bias=round(w[0], 6),
             request_weights=[round(v, 6) for v in request],
         )
+    usage = fit_usage(embedder, models["one"], one_rows[0])
     calibration = Calibration(
         embedder=embedder.identity,
         one=models["one"],
         any=models["any"],
+        usage=usage,
         note=(
             "L2 logistic per question kind, inputs chosen by 2-fold dev Brier; any: MetaTool"
-            " awareness + BFCL relevance dev, one: LiveMCPBench servers dev;"
-            " python tests/bench/fit_local_decider.py"
+            " awareness + BFCL relevance dev, one: LiveMCPBench servers dev; usage: logistic"
+            " on the one model's logit, LiveMCPBench dev tasks learned leave-one-out,"
+            " shrinkage chosen by dev routing; python tests/bench/fit_local_decider.py"
         ),
     )
     args.out.write_text(json.dumps(calibration.to_mapping(), indent=2) + "\n", "utf-8")

@@ -25,6 +25,8 @@ import attrs
 import numpy as np
 
 from toolroute import RoutingConfig, Server
+from toolroute._core.recall.parts import request_vectors
+from toolroute._core.routing.usage import SIMILAR_REQUESTS, UseLog
 from toolroute._routing.questions import Candidate, routing_request
 from toolroute.decisions import BooleanQuestion, DecisionRequest
 from toolroute.evaluate import split_of
@@ -98,10 +100,38 @@ def livemcp_servers() -> tuple[list[Server], dict[str, str]]:
 
 def livemcp_tasks() -> Iterator[tuple[str, set[str]]]:
     _servers, owner = livemcp_servers()
+    for query, tools in livemcp_task_tools():
+        yield query, {owner[t] for t in tools}
+
+
+def livemcp_task_tools() -> Iterator[tuple[str, frozenset[str]]]:
+    """Each task that uses a known tool, with the tools it uses."""
+    _servers, owner = livemcp_servers()
     for item in _load(DATASETS / "livemcpbench/queries.json"):
-        needed = {owner[n] for n in item["expected"] if n in owner}
-        if needed:
-            yield item["query"], needed
+        tools = frozenset(n for n in item["expected"] if n in owner)
+        if tools:
+            yield item["query"], tools
+
+
+def livemcp_shifts(
+    decider: LocalDecider, embedder: Any, limit: int = SIMILAR_REQUESTS
+) -> np.ndarray:
+    """The usage shift of every row of ``livemcp_rows`` (same order), as an engine that
+    learned the dev tasks with their tools (``Engine.learn``) would send them: a dev task
+    counts the other dev tasks (leave one out), a test task every dev task."""
+    servers, _owner = livemcp_servers()
+    entries = [Candidate(s, s.tool_ids) for s in servers]
+    tasks = list(livemcp_task_tools())
+    vectors = request_vectors(embedder, [q for q, _ in tasks])
+    dev = [i for i, (q, _) in enumerate(tasks) if split_of(q) == "dev"]
+    shifts = []
+    for i, (query, _tools) in enumerate(tasks):
+        learned = [j for j in dev if j != i]
+        log = UseLog(vectors[learned], tuple(tasks[j][1] for j in learned))
+        similar = log.similar(vectors[i], servers, limit)
+        found = decider.features(routing_request(query, entries, RoutingConfig(), similar=similar))
+        shifts.extend(found[f"server__{j}"][2] for j in range(len(servers)))
+    return np.array(shifts, dtype=np.float64)
 
 
 def awareness_rows(decider: LocalDecider) -> Rows:
@@ -115,7 +145,7 @@ def bfcl_rows(decider: LocalDecider) -> Rows:
 def _any_rows(name: str, requests: Any, decider: LocalDecider) -> Rows:
     feats, labels, splits, groups = [], [], [], []
     for i, (request, label, query) in enumerate(requests):
-        kind, row = decider.features(request)["any"]
+        kind, row, _shift = decider.features(request)["any"]
         assert kind == "any", kind
         feats.append(row)
         labels.append(label)
@@ -132,7 +162,7 @@ def livemcp_rows(decider: LocalDecider) -> Rows:
         request = routing_request(query, entries, RoutingConfig())
         found = decider.features(request)
         for j, server in enumerate(servers):
-            kind, row = found[f"server__{j}"]
+            kind, row, _shift = found[f"server__{j}"]
             assert kind == "one", kind
             feats.append(row)
             labels.append(int(server.id in needed))

@@ -14,12 +14,14 @@ from toolroute.decisions import BooleanQuestion, ChoiceQuestion
 from toolroute.providers import Calibration, HashingEmbedder
 from toolroute.providers._deciders.local_features import (
     FEATURES,
+    Subject,
     boolean_subject,
     coverage,
     entry_text,
     option_subjects,
     request_text,
     subject_features,
+    usage_shifts,
 )
 
 STATE = {
@@ -130,3 +132,77 @@ def test_malformed_calibration_says_what_was_expected() -> None:
         Calibration.from_mapping({"embedder": "x"})
     with pytest.raises(ConfigError, match="finite"):
         Calibration.from_mapping({**good, "one": {**good["one"], "bias": float("nan")}})
+
+
+def counted(used: int, of: int = 20) -> Subject:
+    return Subject("one", ("a server",), (used, of))
+
+
+def test_usage_shift_is_zero_for_an_average_server_and_signed_around_it() -> None:
+    shifts = usage_shifts([counted(10), counted(5), counted(0)], pseudo=20.0)
+    often, average, unused = shifts  # the mean share is 5 of 20
+    assert often is not None
+    assert unused is not None
+    assert often > average == 0.0 > unused
+    assert usage_shifts([counted(5), counted(5)], pseudo=20.0) == [0.0, 0.0]
+
+
+def test_usage_shift_shrinks_few_requests_toward_the_average() -> None:
+    few = usage_shifts([counted(2, 2), counted(0, 2)], pseudo=20.0)[0]
+    many = usage_shifts([counted(20, 20), counted(0, 20)], pseudo=20.0)[0]
+    assert few is not None
+    assert many is not None
+    assert 0 < few < many
+
+
+def test_usage_shift_needs_counts_and_a_used_sibling() -> None:
+    plain = Subject("one", ("a server",))
+    assert usage_shifts([plain, plain], pseudo=20.0) == [None, None]
+    assert usage_shifts([counted(0), counted(0), plain], pseudo=20.0) == [0.0, 0.0, None]
+
+
+COUNTED_STATE = {
+    **STATE,
+    "similar_requests": 20,
+    "available_servers": [
+        {**STATE["available_servers"][0], "similar_uses": 7},
+        {**STATE["available_servers"][1], "similar_uses": 0},
+    ],
+}
+
+
+def test_a_server_question_carries_its_counts_by_index_or_by_quoted_name() -> None:
+    indexed = BooleanQuestion("Needed? Read available_servers[0].does.")
+    assert boolean_subject(indexed, COUNTED_STATE).uses == (7, 20)
+    # The measured wording names the server in quotes; a quoted name later in the text
+    # (in the description) is not the subject.
+    measured = BooleanQuestion('The request needs the "weather" server, like "mail_server".')
+    subject = boolean_subject(measured, COUNTED_STATE)
+    assert subject.uses == (0, 20)
+    assert subject.texts[0].startswith("The request needs")
+    assert boolean_subject(BooleanQuestion("Is it raining?"), COUNTED_STATE).uses is None
+
+
+@pytest.mark.parametrize(
+    ("used", "of"), [(21, 20), (-1, 20), (True, 20), (3, 0), ("3", 20), (3, None)]
+)
+def test_malformed_counts_are_not_read(used: object, of: object) -> None:
+    state = {
+        **STATE,
+        "similar_requests": of,
+        "available_servers": [{**STATE["available_servers"][0], "similar_uses": used}],
+    }
+    question = BooleanQuestion("Needed? Read available_servers[0].does.")
+    assert boolean_subject(question, state).uses is None
+
+
+def test_calibration_with_a_usage_model_round_trips_and_checks_it() -> None:
+    bundled = Calibration.bundled()
+    assert bundled.usage is not None
+    data = bundled.to_mapping()
+    assert Calibration.from_mapping(json.loads(json.dumps(data))) == bundled
+    assert Calibration.from_mapping({**data, "usage": None}).usage is None
+    with pytest.raises(ConfigError, match="pseudo > 0"):
+        Calibration.from_mapping({**data, "usage": {**data["usage"], "pseudo": 0}})
+    with pytest.raises(ConfigError, match="reading it failed"):
+        Calibration.from_mapping({**data, "usage": {"weight": 1.0}})

@@ -176,6 +176,7 @@ PROVIDERS = {
     "PerplexityDecider",
     "ScaleDownDecider",
     "TypeSafeDecider",
+    "UsageModel",
     "Wire",
     "XorDecider",
     "default_decider",
@@ -221,8 +222,14 @@ PUBLIC_MODULES = [
     (toolroute.stores, STORES),
     (toolroute.redis, REDIS),
     (toolroute.providers, PROVIDERS),
-    (toolroute.tool_search, {"SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"}),
-    (toolroute.prompt_cache, {"StickyPicks", "permitted_call", "restriction", "same_topic", "stable_order"}),
+    (
+        toolroute.tool_search,
+        {"SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"},
+    ),
+    (
+        toolroute.prompt_cache,
+        {"StickyPicks", "permitted_call", "restriction", "same_topic", "stable_order"},
+    ),
 ]
 
 #: The framework and protocol adapters, each pinned where its extra is installed (CI installs

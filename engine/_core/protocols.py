@@ -41,6 +41,9 @@ class Decider(Protocol):
     ``decide`` is strict: it raises ``toolroute.DecisionError`` (with its
     ``kind``) and refuses a request over ``limits`` before any network call.
     Batching and fail-open live in ``toolroute.try_decide``.
+
+    Optional: a ``reads_similar_uses = True`` attribute asks an engine that learned from
+    use to add ``similar_requests`` and each server's ``similar_uses`` to routing states.
     """
 
     #: The provider's canonical name (``typesafe``, ``laya`` …).

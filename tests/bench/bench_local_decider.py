@@ -16,7 +16,9 @@
    LiveMCPBench test task, at the default gate (``min_drop_confidence=0.6``, drop at
    p ≤ 0.2) and stricter ones: the share of tasks whose needed servers are all kept
    (target ≥ 98 %) and the mean share of servers dropped (target ≥ 40 %). Dev tasks are
-   printed too (where a gate would be chosen).
+   printed too (where a gate would be chosen). Then the same gates through an engine that
+   first learned every dev task with its tools (``Engine.learn``), routing each test task
+   with ``Engine.route_servers``: what similar learned requests used counts too.
 
 Prints Markdown; ``--out DIR`` also writes it to ``DIR/local_decider.md``.
 """

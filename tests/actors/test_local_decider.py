@@ -367,3 +367,36 @@ async def test_a_server_similar_requests_used_is_likelier_and_an_unused_one_less
     # Without a usage model the counts change nothing.
     counted = await local().decide(counted_request([12, 2]))
     assert counted.answers == (await local().decide(counted_request(None))).answers
+
+
+@given(
+    uses=st.lists(
+        st.one_of(st.integers(-3, 40), st.none(), st.booleans(), st.text(max_size=3)),
+        min_size=2,
+        max_size=6,
+    ),
+    requests=st.one_of(st.integers(-1, 40), st.none(), st.floats(allow_nan=True)),
+)
+def test_any_counts_a_state_carries_give_probabilities(uses: list[Any], requests: Any) -> None:
+    state = {
+        "request": "send an email message to bob",
+        "similar_requests": requests,
+        "available_servers": [
+            {"name": f"s{i}", "does": "send an email message", "similar_uses": u}
+            for i, u in enumerate(uses)
+        ],
+    }
+    questions = {
+        f"server__{i}": BooleanQuestion(f'The request needs the "s{i}" server.')
+        for i in range(len(uses))
+    }
+    decider = LocalDecider(
+        embedder=HashingEmbedder(dim=512),
+        calibration=attrs.evolve(COSINE_ONLY, usage=UsageModel(weight=1.5, bias=-0.5, pseudo=20)),
+        run_cpu=inline,
+    )
+    result = trio.run(decider.decide, DecisionRequest(state=state, questions=questions))
+    assert set(result.answers) == set(questions)
+    for answer in result.answers.values():
+        assert isinstance(answer, BooleanAnswer)
+        assert 0.0 <= answer.probability <= 1.0

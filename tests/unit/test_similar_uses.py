@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolroute import RoutingConfig, Server
 from toolroute._core.decide.limits import estimate_state_tokens
@@ -79,3 +81,33 @@ def test_split_parts_each_carry_the_counts() -> None:
         assert estimate_state_tokens(part.state, limits) <= 400
     listed = [e for part in parts for e in part.state["available_servers"]]
     assert [e["similar_uses"] for e in listed] == [4 if i == 3 else 0 for i in range(30)]
+
+
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.lists(st.floats(-1, 1), min_size=3, max_size=3).filter(
+                lambda v: np.linalg.norm(v) > 0.1
+            ),
+            st.sets(st.sampled_from(["files__read", "files__write", "web__search", "x"])),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    limit=st.integers(1, 40),
+)
+def test_counts_never_exceed_the_requests_looked_at(
+    requests: list[tuple[list[float], set[str]]], limit: int
+) -> None:
+    book: dict[str, tuple[LearnedExample, ...]] = {}
+    for n, (vector, tools) in enumerate(requests):
+        for tool in tools:
+            book[tool] = (*book.get(tool, ()), used(str(n), unit(*vector)))
+    log = UseLog.from_book(book)
+    if log is None:
+        assert not any(tools for _, tools in requests)
+        return
+    found = log.similar(unit(1, 0, 0), SERVERS, limit)
+    assert found.requests == min(limit, len(log.tools))
+    assert all(0 < count <= found.requests for count in found.counts.values())
+    assert set(found.counts) <= {"files", "web"}

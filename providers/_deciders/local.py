@@ -93,18 +93,18 @@ class CalibrationModel:
 
 @attrs.frozen(kw_only=True)
 class UsageModel:
-    """How what similar learned requests used moves a server's probability:
-    ``bias + weight * shift`` added to its logit, ``shift`` from
-    :func:`~.local_features.usage_shifts` with ``pseudo`` requests of shrinkage."""
+    """How what similar learned requests used moves a server's probability: ``weight *
+    shift`` added to its logit, ``shift`` from :func:`~.local_features.usage_shifts` with
+    ``pseudo`` requests of shrinkage. No intercept: a server used as often as the average,
+    or an engine that learned too little to tell, keeps the text's probability."""
 
     weight: float = attrs.field(converter=float)
-    bias: float = attrs.field(converter=float)
     pseudo: float = attrs.field(converter=float)
 
     def __attrs_post_init__(self) -> None:
-        if not all(map(math.isfinite, (self.weight, self.bias, self.pseudo))) or self.pseudo <= 0:
+        if not (math.isfinite(self.weight) and math.isfinite(self.pseudo) and self.pseudo > 0):
             raise ConfigError(
-                f"a usage model needs finite weights and pseudo > 0, got {attrs.asdict(self)!r}"
+                f"a usage model needs a finite weight and pseudo > 0, got {attrs.asdict(self)!r}"
             )
 
 
@@ -328,7 +328,7 @@ class LocalDecider:
         z = self.calibration.model(kind).logit(row)
         usage = self.calibration.usage
         if shift is not None and usage is not None:
-            z += usage.bias + usage.weight * shift
+            z += usage.weight * shift
         return z
 
     def _answer(self, request: DecisionRequest) -> dict[str, Answer]:

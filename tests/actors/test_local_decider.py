@@ -348,7 +348,7 @@ def counted_request(uses: Sequence[int] | None) -> DecisionRequest:
 
 
 async def test_a_server_similar_requests_used_is_likelier_and_an_unused_one_less() -> None:
-    usage = UsageModel(weight=1.5, bias=0.0, pseudo=20.0)
+    usage = UsageModel(weight=1.5, pseudo=20.0)
     decider = LocalDecider(
         embedder=HashingEmbedder(dim=512),
         calibration=attrs.evolve(COSINE_ONLY, usage=usage),
@@ -392,7 +392,7 @@ def test_any_counts_a_state_carries_give_probabilities(uses: list[Any], requests
     }
     decider = LocalDecider(
         embedder=HashingEmbedder(dim=512),
-        calibration=attrs.evolve(COSINE_ONLY, usage=UsageModel(weight=1.5, bias=-0.5, pseudo=20)),
+        calibration=attrs.evolve(COSINE_ONLY, usage=UsageModel(weight=1.5, pseudo=20)),
         run_cpu=inline,
     )
     result = trio.run(decider.decide, DecisionRequest(state=state, questions=questions))

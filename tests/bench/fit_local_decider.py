@@ -58,12 +58,14 @@ def fit_logistic(
     penalty: np.ndarray,
     iterations: int = 60,
     offset: np.ndarray | float = 0.0,
+    intercept: bool = True,
 ) -> np.ndarray:
     """``[bias, *weights]`` maximising the log-likelihood less ``sum(penalty * w**2) / 2``
-    (the bias unpenalised), each row's logit starting at ``offset``."""
-    x1 = np.c_[np.ones(len(x)), x]
+    (the bias unpenalised; held at 0 without ``intercept``), each row's logit starting at
+    ``offset``."""
+    x1 = np.c_[np.ones(len(x)), x] if intercept else x
     w = np.zeros(x1.shape[1])
-    ridge = np.diag(np.r_[0.0, penalty])
+    ridge = np.diag(np.r_[0.0, penalty] if intercept else penalty)
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(-(offset + x1 @ w)))
         grad = x1.T @ (p - y) + ridge @ w
@@ -72,7 +74,7 @@ def fit_logistic(
         w -= step
         if np.abs(step).max() < 1e-10:
             break
-    return w
+    return w if intercept else np.r_[0.0, w]
 
 
 def predict(w: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -158,8 +160,10 @@ def routed(p: np.ndarray, labels: np.ndarray, servers: int) -> list[tuple[float,
 
 
 def fit_usage(embedder: Any, one: CalibrationModel, rows: Rows) -> UsageModel:
-    """The usage model: for each shrinkage and neighbourhood, ``bias + weight * shift`` fitted
-    on the dev rows (leave-one-out counts) on top of the ``one`` model's logit; chosen by
+    """The usage model: for each shrinkage and neighbourhood, ``weight * shift`` fitted on
+    the dev rows (leave-one-out counts) on top of the ``one`` model's logit, with no
+    intercept (an engine that learned too little to tell keeps the text's probability);
+    chosen by
     routing on dev: the most servers dropped at a gate that keeps every needed server for
     ≥ 98 % of dev tasks (Brier breaks ties). Prints the table it chose from."""
     dev = rows.splits == "dev"
@@ -170,20 +174,22 @@ def fit_usage(embedder: Any, one: CalibrationModel, rows: Rows) -> UsageModel:
     best: tuple[tuple[float, float], UsageModel, int] | None = None
     for limit in LIMITS:
         for pseudo in PSEUDO:
-            blank = UsageModel(weight=0.0, bias=0.0, pseudo=pseudo)
+            blank = UsageModel(weight=0.0, pseudo=pseudo)
             calibration = Calibration(
                 embedder=embedder.identity, one=one, any=one_any(), usage=blank
             )
             decider = LocalDecider(embedder=embedder, calibration=calibration, cache_size=100_000)
             shift = np.nan_to_num(livemcp_shifts(decider, embedder, limit).astype(float))
-            w = fit_logistic(shift[dev, None], rows.labels[dev], np.array([L2]), offset=base[dev])
-            p = 1.0 / (1.0 + np.exp(-(base + w[0] + w[1] * shift)))
+            w = fit_logistic(
+                shift[dev, None], rows.labels[dev], np.array([L2]), offset=base[dev], intercept=False
+            )
+            p = 1.0 / (1.0 + np.exp(-(base + w[1] * shift)))
             brier = float(np.mean((p[dev] - rows.labels[dev]) ** 2))
             routes = routed(p[dev], rows.labels[dev], servers)
             shown = ", ".join(f"{k:.1%} / {d:.1%}" for g, k, d in routes if g >= 0.98)
             print(f"| {limit} | {pseudo:g} | {brier:.4f} | {shown} |")
             dropped = max((d for _, k, d in routes if k >= 0.98), default=0.0)
-            model = UsageModel(weight=round(w[1], 6), bias=round(w[0], 6), pseudo=pseudo)
+            model = UsageModel(weight=round(w[1], 6), pseudo=pseudo)
             if best is None or (dropped, -brier) > best[0]:
                 best = ((dropped, -brier), model, limit)
     assert best is not None
@@ -232,7 +238,7 @@ def main() -> None:
         note=(
             "L2 logistic per question kind, inputs chosen by 2-fold dev Brier; any: MetaTool"
             " awareness + BFCL relevance dev, one: LiveMCPBench servers dev; usage: logistic"
-            " on the one model's logit, LiveMCPBench dev tasks learned leave-one-out,"
+            " weight (no intercept) on the one model's logit, LiveMCPBench dev tasks learned leave-one-out,"
             " shrinkage chosen by dev routing; python tests/bench/fit_local_decider.py"
         ),
     )

@@ -11,8 +11,8 @@ from ._deciders.codec import DecisionCodec as DecisionCodec
 from ._deciders.default import default_decider as default_decider
 from ._deciders.local import Calibration as Calibration
 from ._deciders.local import CalibrationModel as CalibrationModel
-from ._deciders.local import UsageModel as UsageModel
 from ._deciders.local import LocalDecider as LocalDecider
+from ._deciders.local import UsageModel as UsageModel
 from ._deciders.loop import HttpDecider as HttpDecider
 from ._deciders.vendors.clef import ClefDecider as ClefDecider
 from ._deciders.vendors.laya import LayaDecider as LayaDecider

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,8 @@ from toolroute.providers._deciders.local import _sigmoid  # noqa: E402
 from toolroute.stores import MemoryLearningStore, Stores  # noqa: E402
 
 GATES = (0.6, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
+#: The gate the usage model was chosen at on dev (``fit_local_decider.py``).
+ROUTING_GATE = 0.99
 
 
 def ece(p: np.ndarray, y: np.ndarray, bins: int = 15) -> float:
@@ -164,11 +167,17 @@ async def routing(split: str) -> list[str]:
 
 
 async def routing_learned() -> list[str]:
-    """Test tasks routed by an engine that learned every dev task with its tools."""
+    """Test tasks routed by an engine that learned every dev task with its tools; and, at
+    the default gate, what a routing call costs through the engine before and after."""
     catalog = Catalog.from_file(DATASETS / "livemcpbench/tools.json")
     by_name = {tool.name: tool.id for tool in catalog}
     tasks = list(livemcp_task_tools())
-    lines = []
+    test = [
+        (q, {catalog[by_name[t]].server for t in tools})
+        for q, tools in tasks
+        if split_of(q) == "test"
+    ]
+    lines, costs = [], []
     for gate in GATES:
         config = EngineConfig(routing=RoutingConfig(min_drop_confidence=gate, generative=False))
         async with open_engine(
@@ -178,16 +187,33 @@ async def routing_learned() -> list[str]:
             stores=Stores(learning=MemoryLearningStore()),
         ) as engine:
             await engine.ready()
+            if gate == ROUTING_GATE:
+                costs.append(("text only", await routing_times(engine, test)))
             for query, tools in tasks:
                 if split_of(query) == "dev":
                     assert await engine.learn(query, [by_name[t] for t in tools])
-            outcomes = []
-            for query, tools in tasks:
-                if split_of(query) == "test":
-                    needed = {catalog[by_name[t]].server for t in tools}
-                    outcomes.append((needed, await engine.route_servers(query)))
+            outcomes = [(needed, await engine.route_servers(query)) for query, needed in test]
+            if gate == ROUTING_GATE:
+                costs.append(("dev tasks learned", await routing_times(engine, test)))
         lines.append(routing_line("test, dev tasks learned", gate, outcomes, len(catalog.servers)))
+    lines += ["", f"Engine.route_servers at {ROUTING_GATE:g}, 70 servers, one call at a time:", ""]
+    lines += [f"- {label}: p50 {p50:.1f} ms, p90 {p90:.1f} ms" for label, (p50, p90) in costs]
     return lines
+
+
+async def routing_times(
+    engine: Any, tasks: list[tuple[str, Any]], rounds: int = 5
+) -> tuple[float, float]:
+    """p50 and p90 milliseconds of ``route_servers`` over the tasks (after one warm round)."""
+    times = []
+    for round_ in range(rounds + 1):
+        for query, _needed in tasks:
+            started = time.perf_counter()
+            await engine.route_servers(query)
+            if round_:
+                times.append((time.perf_counter() - started) * 1000.0)
+    p50, p90 = np.percentile(times, [50, 90])
+    return float(p50), float(p90)
 
 
 def routing_line(label: str, gate: float, outcomes: list[tuple[Any, Any]], servers: int) -> str:

@@ -177,20 +177,32 @@ class Learning:
     ) -> SimilarUses | None:
         """How many of the learned requests nearest ``request`` used each of ``servers``.
 
-        **Fail-open:** ``None`` when nothing was learned from use, or the request could not
-        be embedded within ``deadline_s`` (routing then judges on the text alone).
+        **Fail-open:** ``None`` when nothing was learned from use, or (after a ``fail_open``
+        event) when the request could not be embedded within ``deadline_s``: routing then
+        judges on the text alone.
         """
-        known = self._uses
-        if not self._book or (known is not None and known[0] == self._version and known[1] is None):
+        version, known = self._version, self._uses
+        fresh = known is not None and known[0] == version
+        if not self._book or (fresh and known is not None and known[1] is None):
             return None
-        version, book = self._version, dict(self._book)
+        book = None if fresh else dict(self._book)  # a copy: the service may change it
+        reason = f"missed the embedding deadline ({deadline_s:g} s)"
         with trio.move_on_after(deadline_s):
             try:
                 return await self._workers.run(
                     self._similar, request, servers, version, book, limiter=self._cpu
                 )
-            except Exception:  # EngineClosing too: no evidence, the text decides
+            except EngineClosing:
                 return None
+            except Exception as exc:
+                reason = f"failed: {brief(exc)}"
+        self._publish(
+            FailOpen(
+                operation="route_servers",
+                what_failed="learning",
+                reason=f"similar learned requests not counted: the request's embedding {reason}",
+            )
+        )
         return None
 
     def _similar(
@@ -198,12 +210,12 @@ class Learning:
         request: str,
         servers: Sequence[Server],
         version: int,
-        book: Mapping[str, Sequence[LearnedExample]],
+        book: Mapping[str, Sequence[LearnedExample]] | None,
     ) -> SimilarUses | None:
-        memo = self._uses
-        if memo is None or memo[0] != version:
-            memo = self._uses = (version, UseLog.from_book(book))
-        log = memo[1]
+        """In a worker: the use log (built from ``book`` when given), then the counts."""
+        if book is not None:
+            self._uses = (version, UseLog.from_book(book))
+        log = self._uses[1] if self._uses is not None else None
         if log is None:
             return None
         vectors = query_vectors(self._embedder, [request], log.dim)

@@ -35,6 +35,7 @@ from toolroute.decisions import (
     DecisionRequest,
     ScoreQuestion,
 )
+from toolroute.events import FailOpen
 from toolroute.providers import Calibration, HashingEmbedder, LocalDecider, default_decider
 from toolroute.providers._deciders.local import CalibrationModel, UsageModel
 from toolroute.providers._deciders.local_features import FEATURES
@@ -325,13 +326,21 @@ async def test_routing_goes_on_without_counts_when_the_request_cannot_be_embedde
     decider = ReadsUses(default=0.9)
     async with await learned_engine(decider, embedder) as engine:
         assert await engine.learn("save the notes", [FLEET.servers[0].tool_ids[0]])
-        embedder.faults = ["raise"]  # every later embedding raises
-        outcome = await engine.route_servers("write the summary")
-        embedder.faults, embedder.delay = [], 60.0  # and past the deadline
-        late = await engine.route_servers("write the summary again")
+        async with engine.subscribe(snapshot=False) as events:
+            embedder.faults = ["raise"]  # every later embedding raises
+            outcome = await engine.route_servers("write the summary")
+            embedder.faults, embedder.delay = [], 60.0  # and past the deadline
+            late = await engine.route_servers("write the summary again")
+            reasons = []
+            while len(reasons) < 2:
+                event = (await events.receive()).event
+                if isinstance(event, FailOpen) and event.what_failed == "learning":
+                    reasons.append(event.reason)
     assert outcome.answered == late.answered == 3
     for request in decider.requests[-2:]:
         assert "similar_requests" not in request.state
+    assert "failed: RuntimeError" in reasons[0]
+    assert "missed the embedding deadline" in reasons[1]
 
 
 def counted_request(uses: Sequence[int] | None) -> DecisionRequest:

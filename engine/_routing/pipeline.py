@@ -117,6 +117,8 @@ async def _by_decision(
         if gate_boolean(answers, k, gate) is False
     )
     reason = f"decision: {answered} of {len(asked)} answered, {len(dropped)} dropped"
+    if decisions.similar is not None:
+        reason += f"; {decisions.similar.requests} similar learned requests counted"
     if report.failed:
         reason += f"; {report.failed} of {report.batches} batches failed: {report.reason}"
     model = report.result.model if report.result is not None else None

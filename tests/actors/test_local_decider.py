@@ -297,7 +297,8 @@ async def test_an_engine_tells_a_reading_decider_what_similar_requests_used(
         files = FLEET.servers[0].tool_ids[0]
         assert await engine.learn("write the weekly report to a file", [files])
         assert await engine.learn("save the weekly notes", [files])
-        await engine.route_servers("write the weekly summary")
+        outcome = await engine.route_servers("write the weekly summary")
+    assert outcome.reason.endswith("; 2 similar learned requests counted")
     state = decider.requests[-1].state
     assert state["similar_requests"] == 2
     counts = {s["name"]: s["similar_uses"] for s in state["available_servers"]}

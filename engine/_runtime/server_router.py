@@ -92,10 +92,10 @@ class ServerRouter:
             listed = servers.servers if isinstance(servers, Catalog) else servers
             known = {s.id for s in listed}
             similar = None
-            # Only a decider that reads it is told what similar learned requests used.
-            if self._similar_uses is not None and getattr(
-                self._decisions.decider, "reads_similar_uses", False
-            ):
+            # Only a decider that reads it is told what similar learned requests used (within
+            # ``embed_s``: the request's one extra embedding).
+            reads = getattr(self._decisions.decider, "reads_similar_uses", False)
+            if self._similar_uses is not None and reads and text.strip():
                 similar = await self._similar_uses(text, listed, self._config.deadlines.embed_s)
             routing = await route_servers_via(
                 self._decisions.actor,

@@ -14,7 +14,9 @@
    scores above w with it. The guard says this count is 0. Also printed: how often a
    word-matching gold tool left the top 5 because learned tools rose past it.
 3. ``--log``: dev requests and their gold tools go through ``Engine.learn`` in a shuffled
-   order (an agent's log); test hit@5 through ``Engine.select`` at several log sizes.
+   order (an agent's log); test hit@5 through ``Engine.select`` at several log sizes. Then
+   the same log in ``SHUFFLES`` orders at recall level (no engine), and their mean: how much
+   of a step between two sizes is the order's noise.
 4. ``--sweep``: nearest / refined weights and the refinement step on held-out dev requests
    (dev minus the examples), mean hit@5 over 1, 2, 5 and 10 examples per tool; test unseen.
 
@@ -54,6 +56,8 @@ EXAMPLES = (0, 1, 2, 5, 10, 20)
 TARGETS = {5: 0.88, 10: 0.92}
 NAIVE_FLOOR = {0: 0.781, 1: 0.793, 2: 0.807, 5: 0.823, 10: 0.856}
 LOG_SIZES = (0, 250, 1000, 4000, 16000)
+#: Orders of the log measured at recall level (``log_shuffles``).
+SHUFFLES = 4
 
 
 class Data:
@@ -257,6 +261,37 @@ async def agent_log(data: Data, identity: str) -> list[tuple[int, float]]:
     return points
 
 
+def log_shuffles(data: Data, shuffles: int = SHUFFLES) -> list[str]:
+    """The same log in other orders, at recall level (the engine's learned scores, no
+    engine): test hit@5 after the first n dev requests of each shuffle, and their mean. The
+    last point (every dev request) is the same whatever the order."""
+    dev = [i for i, q in enumerate(data.queries) if q.split == "dev"]
+    sizes = sorted({min(size, len(dev)) for size in (*LOG_SIZES, 500, 1500)})
+    rows = []
+    for seed in range(shuffles):
+        order = dev[:]
+        random.Random(seed).shuffle(order)
+        hits = []
+        for size in sizes:
+            chosen: dict[str, list[int]] = {}
+            for i in order[:size]:
+                for tool in data.queries[i].expected:
+                    if tool in data.row:
+                        chosen.setdefault(tool, []).append(i)
+            # The engine keeps each tool's newest ``per_tool`` (32) learned requests.
+            bounded = {t: picked[-learned.PER_TOOL :] for t, picked in chosen.items()}
+            index = data.learned_index(bounded) if bounded else data.index
+            hits.append(data.hit5(index, data.test))
+        rows.append(hits)
+    lines = ["| " + data.name + " | " + " | ".join(f"{n:,}" for n in sizes) + " |"]
+    lines.append("|---|" + "---:|" * len(sizes))
+    for seed, hits in enumerate(rows):
+        lines.append(f"| shuffle {seed} | " + " | ".join(f"{h:.3f}" for h in hits) + " |")
+    mean = np.mean(rows, axis=0)
+    lines.append("| mean | " + " | ".join(f"{h:.3f}" for h in mean) + " |")
+    return lines
+
+
 def report(results: dict[str, dict[int, tuple[float, float, tuple[int, int, int]]]]) -> str:
     lines = ["## Learning curve (examples from dev, hit@5 on test)\n"]
     lines.append(
@@ -339,6 +374,9 @@ def main() -> None:
         for data in datasets:
             for size, hit in trio.run(agent_log, data, str(embedder.identity)):
                 text += f"| {data.name} | {size} | {hit:.3f} |\n"
+        text += "\n## The log in other orders (recall level, test hit@5 by requests learned)\n\n"
+        for data in datasets:
+            text += "\n".join(log_shuffles(data)) + "\n\n"
     print(text)
     if args.out:
         out = Path(args.out)

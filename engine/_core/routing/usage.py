@@ -75,7 +75,8 @@ class UseLog:
     ) -> SimilarUses:
         """How many of the ``limit`` learned requests nearest ``query`` used each server
         (a request counts once per server, however many of its tools it used)."""
-        scores = self.vectors @ np.asarray(query, dtype=np.float32)
+        # einsum, not ``@``: a BLAS matrix-vector product spins on every core (VectorIndex).
+        scores = np.einsum("ij,j->i", self.vectors, np.asarray(query, dtype=np.float32))
         take = min(limit, len(scores))
         nearest = np.argpartition(-scores, take - 1)[:take] if take < len(scores) else range(take)
         owner = {t: s.id for s in servers for t in s.tool_ids}

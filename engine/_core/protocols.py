@@ -42,8 +42,10 @@ class Decider(Protocol):
     ``kind``) and refuses a request over ``limits`` before any network call.
     Batching and fail-open live in ``toolroute.try_decide``.
 
-    Optional: a ``reads_similar_uses = True`` attribute asks an engine that learned from
-    use to add ``similar_requests`` and each server's ``similar_uses`` to routing states.
+    Optional attributes: ``reads_similar_uses = True`` asks an engine that learned from use
+    to add ``similar_requests`` and each server's ``similar_uses`` to routing states;
+    ``min_drop_confidence`` (a float) is the least confident "not needed" routing may drop a
+    server on, when stricter than ``RoutingConfig.min_drop_confidence``.
     """
 
     #: The provider's canonical name (``typesafe``, ``laya`` …).

@@ -105,7 +105,10 @@ async def _by_decision(
     except Exception as exc:  # a broken decider is "no decision", never an error
         return f"decision: error: {type(exc).__name__}: {exc}"
     answers = report.result.answers if report.result is not None else {}
-    gate = BooleanGate(min_confidence=config.min_drop_confidence)
+    # A decider may declare a stricter gate its answers need (``LocalDecider`` does).
+    floor = getattr(decider, "min_drop_confidence", 0.0)
+    strictest = max(config.min_drop_confidence, floor if isinstance(floor, float) else 0.0)
+    gate = BooleanGate(min_confidence=strictest)
     keys = [decision_key("server", i) for i in range(len(asked))]
     answered = sum(read_boolean(answers, k) is not None for k in keys)
     if not answered:

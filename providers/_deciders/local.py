@@ -47,6 +47,9 @@ from .local_features import subject_features as subject_features
 
 #: The calibration file shipped with the package.
 BUNDLED = "local_calibration.json"
+#: Routing's gate on these answers: chosen on LiveMCPBench dev with learned use
+#: (``tests/bench/fit_local_decider.py``: every needed server kept for 98.7 % of dev tasks).
+ROUTING_GATE = 0.99
 
 RunCpu = Callable[..., Awaitable[Any]]
 
@@ -207,6 +210,10 @@ class LocalDecider:
             default (tests under a mock clock pass an inline one).
         cache_size: subject texts whose vectors are kept (servers are asked about again
             and again).
+        min_drop_confidence: the least confident "not needed" routing may drop a server on
+            (the stricter of this and ``RoutingConfig.min_drop_confidence`` applies): with
+            70 calibrated questions a task, routing's default gate (p ≤ 0.2) drops a needed
+            server for most tasks; 0.99 (p ≤ 0.005) is the gate chosen on LiveMCPBench dev.
 
     Raises:
         ConfigError: an embedder other than the default without a calibration of its own.
@@ -225,7 +232,16 @@ class LocalDecider:
         calibration: Calibration | None = None,
         run_cpu: RunCpu | None = None,
         cache_size: int = 4096,
+        min_drop_confidence: float = ROUTING_GATE,
     ) -> None:
+        number = isinstance(min_drop_confidence, int | float) and not isinstance(
+            min_drop_confidence, bool
+        )
+        if not (number and 0 <= min_drop_confidence <= 1):
+            raise ConfigError(
+                f"min_drop_confidence must be between 0 and 1, got {min_drop_confidence!r}"
+            )
+        self.min_drop_confidence = float(min_drop_confidence)
         if embedder is not None and calibration is None:
             raise ConfigError(
                 "LocalDecider(embedder=...) needs calibration=... fitted for that embedder;"

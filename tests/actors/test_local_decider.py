@@ -149,6 +149,12 @@ async def test_past_the_requests_deadline_it_is_a_timeout(autojump_clock: trio.M
     assert trio.current_time() == pytest.approx(2.5)
 
 
+@pytest.mark.parametrize("gate", [-0.1, 1.5, "0.9", None, True])
+def test_its_own_routing_gate_is_a_confidence(gate: Any) -> None:
+    with pytest.raises(ConfigError, match="min_drop_confidence must be between 0 and 1"):
+        local(min_drop_confidence=gate)
+
+
 def test_another_embedder_needs_its_own_calibration() -> None:
     with pytest.raises(ConfigError, match="needs calibration"):
         LocalDecider(embedder=HashingEmbedder())
@@ -198,7 +204,8 @@ async def test_route_servers_keeps_what_the_local_decider_is_unsure_of() -> None
     assert outcome.strategy == "decision"
     assert outcome.answered == 3
     assert "mail" in outcome.selected
-    # Nothing is dropped unless its probability was a confident false (p <= 0.2 here).
+    # Nothing is dropped unless its probability was a confident false: routing's default gate
+    # asks p <= 0.2, the local decider's own 0.99 gate p <= 0.005, and the stricter applies.
     asked = routing_request(
         "send an email message to bob", [Candidate(s, ()) for s in servers], RoutingConfig()
     )
@@ -206,22 +213,23 @@ async def test_route_servers_keeps_what_the_local_decider_is_unsure_of() -> None
     for i, server in enumerate(servers):
         answer = request_probs.answers[f"server__{i}"]
         assert isinstance(answer, BooleanAnswer)
-        assert (server.id in outcome.excluded) == (answer.probability <= 0.2)
+        assert (server.id in outcome.excluded) == (answer.probability <= 0.005)
 
 
 @given(
     query=st.text(min_size=1, max_size=120).filter(str.strip),
     descriptions=st.lists(st.text(max_size=80), min_size=2, max_size=6),
     gate=st.sampled_from([0.0, 0.6, 0.9, 0.99]),
+    own_gate=st.sampled_from([0.0, 0.6, 0.99]),
 )
 def test_routing_drops_exactly_the_confident_falses(
-    query: str, descriptions: list[str], gate: float
+    query: str, descriptions: list[str], gate: float, own_gate: float
 ) -> None:
     servers = [Server(f"s{i}", d) for i, d in enumerate(descriptions)]
     config = RoutingConfig(min_drop_confidence=gate, generative=False)
 
     async def both() -> tuple[Any, Any]:
-        decider = local()
+        decider = local(min_drop_confidence=own_gate)
         outcome = await route_servers(query, servers, decider=decider, config=config)
         asked = routing_request(query, [Candidate(s, ()) for s in servers], config)
         return outcome, await decider.decide(asked)
@@ -230,7 +238,7 @@ def test_routing_drops_exactly_the_confident_falses(
     assert outcome.answered == len(servers)
     for i, server in enumerate(servers):
         p = answers.answers[f"server__{i}"].probability  # type: ignore[union-attr]
-        confident_false = p < 0.5 and abs(2 * p - 1) >= gate
+        confident_false = p < 0.5 and abs(2 * p - 1) >= max(gate, own_gate)
         assert (server.id in outcome.excluded) == confident_false
 
 

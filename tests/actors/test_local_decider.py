@@ -418,3 +418,28 @@ def test_any_counts_a_state_carries_give_probabilities(uses: list[Any], requests
     for answer in result.answers.values():
         assert isinstance(answer, BooleanAnswer)
         assert 0.0 <= answer.probability <= 1.0
+
+
+async def test_two_hundred_routings_at_once_go_on_when_counting_is_slow(
+    autojump_clock: trio.MockClock,
+) -> None:
+    embedder = ScriptedEmbedder(dim=64)
+    decider = ReadsUses(default=0.9)
+    outcomes = []
+    async with await learned_engine(decider, embedder) as engine:
+        assert await engine.learn("save the notes", [FLEET.servers[0].tool_ids[0]])
+        embedder.delay = 60.0  # every embedding from now on is far past the deadline
+        started = trio.current_time()
+
+        async def route(i: int) -> None:
+            outcomes.append(await engine.route_servers(f"write summary number {i}"))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(route, i)
+        waited = trio.current_time() - started
+    assert len(outcomes) == 200
+    assert all(o.answered == 3 and o.excluded == () for o in outcomes)
+    assert all("similar_requests" not in r.state for r in decider.requests[-200:])
+    # Each call waited for its count no longer than the embedding deadline (0.25 s).
+    assert waited <= 0.25 + 1e-6

@@ -443,3 +443,40 @@ async def test_two_hundred_routings_at_once_go_on_when_counting_is_slow(
     assert all("similar_requests" not in r.state for r in decider.requests[-200:])
     # Each call waited for its count no longer than the embedding deadline (0.25 s).
     assert waited <= 0.25 + 1e-6
+
+
+async def test_a_steps_recorded_calls_count_in_the_next_steps_routing(
+    autojump_clock: trio.MockClock,
+) -> None:
+    embedder = ScriptedEmbedder(dim=64)
+    decider = ReadsUses(default=0.9)
+    config = EngineConfig.from_mapping(
+        {
+            "cache": False,
+            "learning": {"record_calls": True},
+            "selection": {"route_servers": True},
+            "routing": {"generative": False},
+        }
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": "{}"}}
+    first = [
+        {"role": "user", "content": "write the weekly report to a file"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "written"},
+    ]
+    async with open_engine(
+        FLEET,
+        config=config,
+        embedder=embedder,
+        run_cpu=inline_cpu(embedder),
+        decider=decider,
+        stores=Stores(learning=MemoryLearningStore()),
+    ) as engine:
+        await engine.ready()
+        await engine.prepare_step(first, session="a")
+        await trio.sleep(1)  # the recorded call is learned in the background
+        await engine.prepare_step([{"role": "user", "content": "write the weekly notes"}])
+    routed = [r.state for r in decider.requests if "available_servers" in r.state]
+    assert "similar_requests" not in routed[0]  # nothing learned at the first step
+    counts = {s["name"]: s["similar_uses"] for s in routed[-1]["available_servers"]}
+    assert counts == {"files": 1, "web": 0, "mail": 0}

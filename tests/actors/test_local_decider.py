@@ -286,10 +286,12 @@ class ReadsUses(ScriptedDecider):
     reads_similar_uses = True
 
 
-async def learned_engine(decider: Any, embedder: ScriptedEmbedder) -> Any:
+async def learned_engine(
+    decider: Any, embedder: ScriptedEmbedder, config: EngineConfig | None = None
+) -> Any:
     return open_engine(
         FLEET,
-        config=EngineConfig(cache=False, routing=RoutingConfig(generative=False)),
+        config=config or EngineConfig(cache=False, routing=RoutingConfig(generative=False)),
         embedder=embedder,
         run_cpu=inline_cpu(embedder),
         decider=decider,
@@ -464,14 +466,7 @@ async def test_a_steps_recorded_calls_count_in_the_next_steps_routing(
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "written"},
     ]
-    async with open_engine(
-        FLEET,
-        config=config,
-        embedder=embedder,
-        run_cpu=inline_cpu(embedder),
-        decider=decider,
-        stores=Stores(learning=MemoryLearningStore()),
-    ) as engine:
+    async with await learned_engine(decider, embedder, config) as engine:
         await engine.ready()
         await engine.prepare_step(first, session="a")
         await trio.sleep(1)  # the recorded call is learned in the background

@@ -176,7 +176,7 @@ def fit_usage(embedder: Any, one: CalibrationModel, rows: Rows) -> UsageModel:
         for pseudo in PSEUDO:
             blank = UsageModel(weight=0.0, pseudo=pseudo)
             calibration = Calibration(
-                embedder=embedder.identity, one=one, any=one_any(), usage=blank
+                embedder=embedder.identity, one=one, any=blank_model("any"), usage=blank
             )
             decider = LocalDecider(embedder=embedder, calibration=calibration, cache_size=100_000)
             shift = np.nan_to_num(livemcp_shifts(decider, embedder, limit).astype(float))
@@ -199,8 +199,10 @@ def fit_usage(embedder: Any, one: CalibrationModel, rows: Rows) -> UsageModel:
     return best[1]
 
 
-def one_any() -> CalibrationModel:
-    return CalibrationModel(features=FEATURES["any"], weights=[0.0] * 4, bias=0.0)
+def blank_model(kind: str) -> CalibrationModel:
+    """A model of ``kind`` with every weight 0 (features are read, not weighed)."""
+    features = FEATURES[kind]  # type: ignore[index]
+    return CalibrationModel(features=features, weights=[0.0] * len(features), bias=0.0)
 
 
 def main() -> None:
@@ -210,8 +212,8 @@ def main() -> None:
     embedder = default_embedder()
     blank = Calibration(
         embedder=embedder.identity,
-        one=CalibrationModel(features=FEATURES["one"], weights=[0.0] * 3, bias=0.0),
-        any=CalibrationModel(features=FEATURES["any"], weights=[0.0] * 4, bias=0.0),
+        one=blank_model("one"),
+        any=blank_model("any"),
     )
     decider = LocalDecider(embedder=embedder, calibration=blank, cache_size=100_000)
     print("reading features…", file=sys.stderr)

@@ -262,7 +262,9 @@ class EngineConfig:
     """Configuration of ``open_engine``; every section has working defaults.
 
     ``cache_dir`` ``None`` means the user cache directory (``$TOOLROUTE_CACHE_DIR`` overrides
-    it); ``cache=False`` turns the embedding cache off.
+    it); ``cache=False`` turns the embedding cache off. ``correct_spelling=False`` ranks
+    requests as written (by default a misspelled word one edit from a word of the tools'
+    text is read as that word).
 
     Every section is checked when the config is built: a mapping (or anything else) where a
     section belongs is a ``ConfigError`` naming the field; ``from_mapping`` builds the
@@ -299,6 +301,7 @@ class EngineConfig:
     #: Where embeddings and enrichment are cached (a path, kept as a string).
     cache_dir: str | None = attrs.field(default=None, converter=_directory)
     cache: bool = attrs.field(default=True, validator=_flag)
+    correct_spelling: bool = attrs.field(default=True, validator=_flag)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EngineConfig:

@@ -266,6 +266,7 @@ def _assemble(
         budget_s=config.load.budget_s,
         learned=learning.applied if learning is not None else None,
         cascade=config.load.cascade,
+        correct_spelling=config.correct_spelling,
     )
     decisions = DecisionService(decider, config.decision.concurrency, hub.publish)
     router = ServerRouter(

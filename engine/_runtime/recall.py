@@ -164,6 +164,8 @@ class Recall:
         learned: the index with the learning service's evidence (``Learning.applied``).
         cascade: let a fast-tier ranking that is sure enough stand without the full model
             (``fast_ranking_stands``; catalogues scored on the loop only).
+        correct_spelling: rank a request with its misspelled words corrected
+            (``RecallIndex.spelled``).
     """
 
     def __init__(
@@ -179,8 +181,10 @@ class Recall:
         budget_s: float | None = None,
         learned: Callable[[RecallIndex], RecallIndex] | None = None,
         cascade: bool = False,
+        correct_spelling: bool = True,
     ) -> None:
         self._embedder = embedder
+        self._spelling = correct_spelling
         self._cascade = cascade
         self._learned = learned
         self._deadline = embed_deadline_s
@@ -265,6 +269,8 @@ class Recall:
         chosen = chosen_strategy(strategy, has_embedder=self._embedder is not None, strict=False)
         if self._learned is not None:
             index = self._learned(index)
+        if self._spelling:
+            query = index.spelled(query)
         vector: Vectors | None = None
         cosines: Vectors | None = None
         reason = index.degraded_reason or ("warming up" if warming else "")

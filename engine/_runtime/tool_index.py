@@ -95,6 +95,9 @@ class ToolIndex:
             on the dev splits); the fast tier is fitted on the catalogue when the index is
             built (seconds, once: it is kept in ``cache``) and ignored for an embedder
             without one.
+        correct_spelling: rank a request with its misspelled words corrected (a word one
+            edit from a word of the tools' text, and no English word itself, is read as that
+            word); ``False`` ranks requests as written.
 
     Raises:
         ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, an unknown strategy,
@@ -118,8 +121,10 @@ class ToolIndex:
         int8_product: Int8Kernel | object | None = _DEFAULT,
         int8_from: int = INT8_FROM,
         cascade: bool = False,
+        correct_spelling: bool = True,
     ) -> None:
         started = time.perf_counter()
+        self._spelling = correct_spelling
         served_catalog(catalog)  # an index over no tools could never select one
         self._cache = _open_cache(cache) if embedder is not None else None
         if embedder is _DEFAULT:
@@ -242,7 +247,7 @@ class ToolIndex:
         wrong width, NaN or zero) gives a keyword-only ranking, ``degraded`` with the reason;
         an empty query gives an empty ranking, ``skipped``.
         """
-        query, k = query_text(query), count(k, "k", 0)
+        query, k = self._spelled(query_text(query)), count(k, "k", 0)
         chosen = self._strategy(strategy)
         return self.recall.ranked(query, self._request(query, chosen), k, chosen)
 
@@ -257,7 +262,7 @@ class ToolIndex:
         **Fail-open:** when the embedder fails on the batch, every query is ranked by keyword
         only, ``degraded`` with the reason.
         """
-        queries = [query_text(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        queries = [self._spelled(query_text(q, f"queries[{i}]")) for i, q in enumerate(queries)]
         k = count(k, "k", 0)
         chosen = self._strategy(strategy)
         tools = self.recall.vectors_verdict
@@ -386,7 +391,7 @@ class ToolIndex:
         selection is ``degraded`` with the reason.
         """
         started = time.perf_counter()
-        query = query_text(query)
+        query = self._spelled(query_text(query))
         chosen = self._strategy(strategy)
         ask = explain_ask(explain)
         access = request_access(allow, deny, tenant)
@@ -408,6 +413,9 @@ class ToolIndex:
         plan = self.recall.plan(query, chosen, policy)
         request = self._request(query, chosen)
         return self.recall.selected(query, request, chosen, plan, access, ask, started)
+
+    def _spelled(self, query: str) -> str:
+        return self.recall.spelled(query) if self._spelling else query
 
     def _strategy(self, strategy: Strategy | str | None) -> Strategy:
         if strategy is None:

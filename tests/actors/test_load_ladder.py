@@ -19,6 +19,7 @@ import trio.testing
 from toolroute import Catalog, EngineConfig, Outcome
 from toolroute._core.config import Deadlines, LoadConfig, WarmupConfig
 from toolroute._core.events import Event, FailOpen
+from toolroute._core.recall.index import RecallIndex
 from toolroute._core.select.plan import RequestVector
 from toolroute._core.select.selection import Ranking, Strategy
 from toolroute._runtime.engine import open_engine
@@ -83,7 +84,7 @@ class ScriptedFastTier:
 
 
 class Harness:
-    def __init__(self, recall: Recall, index: ToolIndex, events: list[Event]) -> None:
+    def __init__(self, recall: Recall, index: RecallIndex, events: list[Event]) -> None:
         self.recall, self.index, self.events = recall, index, events
 
     async def rank(self, query: str) -> tuple[Outcome, str, float]:
@@ -133,7 +134,7 @@ async def ladder(
             ready.set()
             nursery.start_soon(service.run, lambda: index, ready.wait)
         await trio.testing.wait_all_tasks_blocked()
-        yield Harness(recall, index, events)
+        yield Harness(recall, index.recall, events)
         nursery.cancel_scope.cancel()
 
 

@@ -38,10 +38,11 @@ from ..select.selection import STRATEGIES as STRATEGIES
 from ..select.selection import Ranking, Selection
 from ..select.selection import Strategy as Strategy
 from ..select.toolsets import ToolSet
-from ..text import embedding_text, keyword_document, split_identifier, tokenize
+from ..text import embedding_text, keyword_document, split_identifier, tokenize, tool_text
 from .fusion import FusionWeights, fuse, keyword_terms
 from .keyword import KeywordIndex
 from .learned import LearnedScores
+from .spelling import Spelling
 from .vectors import (
     INT8_FROM,
     Indices,
@@ -82,6 +83,8 @@ class RecallIndex:
         build_s: seconds the keyword index took to build.
         learned: example and learned evidence of the tools (``learned.LearnedScores``),
             lifting the cosine of the tools it covers; ``None``: descriptions only.
+        spelling: corrects a request's misspelled words toward the tools' words
+            (``spelled``).
     """
 
     catalog: Catalog
@@ -95,6 +98,7 @@ class RecallIndex:
     int8_from: int = INT8_FROM
     build_s: float = 0.0
     learned: LearnedScores | None = attrs.field(default=None, repr=False)
+    spelling: Spelling = attrs.field(factory=lambda: Spelling(()), repr=False)
     #: Whether the index has tool vectors (``applied``), or why not (``degraded``); set
     #: from ``vectors`` once, as every request reads it.
     vectors_verdict: Verdict = attrs.field(init=False, repr=False)
@@ -123,6 +127,7 @@ class RecallIndex:
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
         extra = dict(extra_text or {})
+        texts = [f"{tool_text(tool)} {extra.get(tool.id, '')}" for tool in catalog]
         keyword = KeywordIndex(
             [keyword_document(tool, extra.get(tool.id, "")) for tool in catalog],
             names=[tokenize(" ".join(split_identifier(tool.name))) for tool in catalog],
@@ -135,6 +140,7 @@ class RecallIndex:
             int8_product=int8_product,
             int8_from=int8_from,
             build_s=time.perf_counter() - started,
+            spelling=Spelling(texts),
         )
 
     def with_vectors(self, vectors: npt.NDArray[np.float32]) -> RecallIndex:
@@ -174,6 +180,11 @@ class RecallIndex:
     def embedding_texts(self) -> list[str]:
         """What each tool is embedded from, in catalogue order (with its extra text)."""
         return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
+
+    def spelled(self, query: str) -> str:
+        """``query`` as recall reads it: its misspelled words corrected toward the tools'
+        words (``spelling``); the same string when none is."""
+        return self.spelling.corrected(query)
 
     # -- recall -------------------------------------------------------------------------------
 

@@ -1,0 +1,100 @@
+"""Misspelled request words, corrected toward the catalogue's words before recall reads them.
+
+A typo costs the model far more than it costs a reader: "get the wether in Paris" is cut
+into word pieces the model never saw together, and the request's vector drifts from the
+weather tool. Recall therefore reads the request with such words corrected: a word is
+*misspelled* when neither the catalogue's text nor ``data/words.txt`` (the whole English
+words of the bundled model's vocabulary) holds it, and it is corrected when one edit
+(a letter dropped, added, changed, or two swapped) turns it into a word of the catalogue —
+the most frequent one there when several do. Everything else is left as written: short
+words (under ``MIN_LETTERS``), acronyms and identifiers (``AAPL``, ``getWeather``), words
+of other scripts, and words no single edit brings to the catalogue.
+
+Measured on the dev splits with a quarter of the words of four letters or more mistyped
+(``tests/bench/bench_spelling.py``): hit@5 is lifted nearly back to the clean requests', and
+clean requests are unchanged within noise. The work is bounded: words past
+``KEYWORD_TEXT_CHARS`` are not looked at, and at most ``MAX_LOOKUPS`` unknown words per
+request are looked up.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib import resources
+
+from ..text import KEYWORD_TEXT_CHARS, split_identifier
+
+#: Shorter words are left as written: one edit reaches too many other short words.
+MIN_LETTERS = 4
+#: Longer words are identifiers or pasted tokens more often than typos.
+MAX_LETTERS = 16
+#: Unknown words looked up per request: a request of many unknown words is not a typo.
+MAX_LOOKUPS = 8
+
+# Runs of letters of any script; only ASCII ones are ever corrected.
+_WORD = re.compile(r"[^\W\d_]+")
+_LETTERS = string.ascii_lowercase
+
+
+@lru_cache(maxsize=1)
+def known_words() -> frozenset[str]:
+    """The lower-case English words (of ``MIN_LETTERS`` or more) no request corrects."""
+    text = (resources.files("toolroute") / "data" / "words.txt").read_text("utf-8")
+    return frozenset(text.split())
+
+
+class Spelling:
+    """Corrects a request's misspelled words toward the words of one catalogue's text."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        counts: Counter[str] = Counter()
+        for text in texts:
+            counts.update(p.lower() for p in split_identifier(text) if p.isalpha())
+        self._counts = counts
+
+    def corrected(self, request: str) -> str:
+        """``request`` with its misspelled words corrected (the same string when none is)."""
+        head, tail = request[:KEYWORD_TEXT_CHARS], request[KEYWORD_TEXT_CHARS:]
+        lookups = 0
+
+        def fix(match: re.Match[str]) -> str:
+            nonlocal lookups
+            word = match.group()
+            if not _correctable(word):
+                return word
+            lower = word.lower()
+            if lower in self._counts or lower in known_words() or lookups >= MAX_LOOKUPS:
+                return word
+            lookups += 1
+            found = [w for w in _one_edit(lower) if w in self._counts]
+            if not found:
+                return word
+            return max(found, key=lambda w: (self._counts[w], w))
+
+        fixed = _WORD.sub(fix, head)
+        return request if fixed == head else fixed + tail
+
+
+def _correctable(word: str) -> bool:
+    """An ASCII word, lower-case or capitalised, of a typo's length (not ``AAPL``, not
+    ``getWeather``)."""
+    return (
+        MIN_LETTERS <= len(word) <= MAX_LETTERS
+        and word.isascii()
+        and (word.islower() or (word[0].isupper() and word[1:].islower()))
+    )
+
+
+def _one_edit(word: str) -> set[str]:
+    """Every string one deletion, transposition, substitution or insertion from ``word``."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    return (
+        {a + b[1:] for a, b in splits if b}
+        | {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+        | {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
+        | {a + c + b for a, b in splits for c in _LETTERS}
+    )

@@ -1,0 +1,110 @@
+"""Spelling correction: a misspelled request word is read as the catalogue's word."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolroute import Catalog, ToolIndex
+from toolroute._core.recall.spelling import MAX_LOOKUPS, Spelling, known_words
+from toolroute._core.text import KEYWORD_TEXT_CHARS
+from toolroute.testing import ScriptedEmbedder
+
+TEXTS = (
+    "get_weather: current weather and forecast for a city",
+    "get_stock_price: latest stock price of a ticker",
+    "list_links: links found on a web page",
+    "restaurant_search: find restaurants nearby",
+)
+SPELLING = Spelling(TEXTS)
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("the wether in Paris", "the weather in Paris"),  # a letter dropped
+        ("the waether in Paris", "the weather in Paris"),  # two swapped
+        ("the weathher in Paris", "the weather in Paris"),  # one doubled
+        ("the weatjer in Paris", "the weather in Paris"),  # one changed
+        ("Forcast for Oslo", "forecast for Oslo"),  # capitalised
+        ("stok pirce of ACME", "stock price of ACME"),
+    ],
+)
+def test_a_word_one_edit_from_a_catalogue_word_is_read_as_it(written: str, read: str) -> None:
+    assert SPELLING.corrected(written) == read
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "show the lines",  # an English word one edit from "links" stays itself
+        "AAPL and MSFT",  # acronyms, tickers
+        "call getWether now",  # an identifier
+        "wthr",  # too short to tell
+        "the weahtre",  # two edits away
+        "Wetter in München",  # other scripts, and words no edit brings to the catalogue
+        "",
+    ],
+)
+def test_what_is_not_a_typo_of_a_catalogue_word_is_left_as_written(written: str) -> None:
+    assert SPELLING.corrected(written) is written
+
+
+def test_the_most_frequent_catalogue_word_wins_a_tie() -> None:
+    spelling = Spelling(["cart cart cart", "card"])
+    assert spelling.corrected("carx") == "cart"
+    assert Spelling(["cart", "card card"]).corrected("carx") == "card"
+
+
+def test_the_work_per_request_is_bounded() -> None:
+    typos = " ".join(["wether"] * (MAX_LOOKUPS + 3))
+    assert SPELLING.corrected(typos).split().count("weather") == MAX_LOOKUPS
+    past = "x " * KEYWORD_TEXT_CHARS + "wether"
+    assert SPELLING.corrected("wether " + past) == "weather " + past
+
+
+def test_the_english_words_come_with_the_package() -> None:
+    words = known_words()
+    assert {"weather", "lines", "price"} <= words
+    assert all(len(w) >= 4 and w.isascii() and w.isalpha() for w in words)
+
+
+_TEXT = st.text(st.sampled_from("wether stok pirce linsk ab AAPL é 漢 -_.,!?\n 0123"), max_size=80)
+
+
+@given(_TEXT)
+def test_only_words_change_and_a_corrected_request_stays_corrected(written: str) -> None:
+    read = SPELLING.corrected(written)
+    assert re.sub(r"[A-Za-z]+", "", read) == re.sub(r"[A-Za-z]+", "", written)
+    assert len(re.findall(r"[^\W\d_]+", read)) == len(re.findall(r"[^\W\d_]+", written))
+    assert SPELLING.corrected(read) == read
+
+
+CATALOG = Catalog.from_plain(
+    [{"name": text.split(":")[0], "description": text.split(": ")[1]} for text in TEXTS]
+)
+
+
+def test_a_tool_index_ranks_a_misspelled_request_as_the_right_one() -> None:
+    index = ToolIndex(CATALOG, embedder=None)
+    request = "wether forcast"
+    assert index.search(request, 1).tool_ids == ("get_weather",)
+    assert index.search_many([request], 1)[0].tool_ids == ("get_weather",)
+    assert index.select(request, max_tools=1).tool_ids == ("get_weather",)
+    as_written = ToolIndex(CATALOG, embedder=None, correct_spelling=False)
+    assert as_written.search(request, 1).tool_ids == ()
+
+
+@pytest.mark.parametrize("correct", [True, False])
+def test_the_model_reads_the_corrected_request(correct: bool) -> None:
+    model = ScriptedEmbedder(dim=8)
+    index = ToolIndex(CATALOG, embedder=model, cache=None, correct_spelling=correct)
+    index.search("wether forcast")
+    index.select("the stok pirce")
+    read = (
+        ["weather forecast", "the stock price"] if correct else ["wether forcast", "the stok pirce"]
+    )
+    assert model.texts[-2:] == read

@@ -117,6 +117,7 @@ class Learning:
         self._embedder = embedder
         self._identity = str(getattr(embedder, "identity", ""))
         self._config = config.learning
+        self._correct_spelling = config.correct_spelling
         self._deadline = config.learning.deadline_s
         self._workers = workers
         self._cpu = cpu
@@ -181,6 +182,7 @@ class Learning:
         event) when the request could not be embedded within ``deadline_s``: routing then
         judges on the text alone.
         """
+        request = self._read(self._snapshot().index, request)
         version, known = self._version, self._uses
         fresh = known is not None and known[0] == version
         if not self._book or (fresh and known is not None and known[1] is None):
@@ -318,7 +320,8 @@ class Learning:
         index = snapshot.index
         if not ids or index.vectors is None:
             return False
-        vectors = await self._embedded([message.request], index.vectors.dim, "learn")
+        read = self._read(index, message.request)
+        vectors = await self._embedded([read], index.vectors.dim, "learn")
         if vectors is None:
             return False
         digest = request_digest(message.request)
@@ -404,6 +407,11 @@ class Learning:
                 self._book.pop(tool_id, None)
         self._changed()
         await self._refresh()
+
+    def _read(self, index: RecallIndex, request: str) -> str:
+        """``request`` as recall reads it (``RecallIndex.spelled``): what is learned from
+        a request, and looked up for one, meets the requests ranked later."""
+        return index.spelled(request) if self._correct_spelling else request
 
     async def _embedded(self, texts: list[str], dim: int, operation: str) -> Vectors | None:
         """The texts' vectors, or ``None`` (after a ``fail_open`` event) when the embedder

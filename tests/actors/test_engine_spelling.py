@@ -33,3 +33,17 @@ async def test_the_model_reads_the_corrected_request(
         "weather forecast for Oslo" if correct else "wether forcast for Oslo"
     )
     assert selection.outcome.value == "applied"
+
+
+async def test_what_is_learned_from_a_request_is_learned_from_it_corrected(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedEmbedder(dim=8)
+    config = EngineConfig(cache=False)
+    async with open_engine(
+        TOOLS, config=config, embedder=model, run_cpu=inline_cpu(model)
+    ) as engine:
+        await engine.ready()
+        assert await engine.learn("the stok pirce of ACME", ["get_stock_price"]) is True
+    assert "the stock price of ACME" in model.texts
+    assert "the stok pirce of ACME" not in model.texts

@@ -114,10 +114,10 @@ def _split_word(word: str) -> list[str]:
 
 @lru_cache(maxsize=65536)
 def _normal(word: str) -> str:
-    return _stem(word.lower())
+    return stem(word.lower())
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """Harman's S-stemmer (plus sibilant plurals): "files" -> "file", "searches" -> "search"."""
     if len(word) <= 3 or not word.isalpha():
         return word

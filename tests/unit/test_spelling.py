@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from toolroute import Catalog, ToolIndex
-from toolroute._core.recall.spelling import MAX_LOOKUPS, Spelling, known_words
-from toolroute._core.text import KEYWORD_TEXT_CHARS
+from toolroute._core.recall.keyword import KeywordIndex
+from toolroute._core.recall.spelling import MAX_LOOKUPS, corrected, known_words
+from toolroute._core.text import KEYWORD_TEXT_CHARS, tokenize
 from toolroute.testing import ScriptedEmbedder
 
 TEXTS = (
@@ -19,7 +21,15 @@ TEXTS = (
     "list_links: links found on a web page",
     "restaurant_search: find restaurants nearby",
 )
-SPELLING = Spelling(TEXTS)
+
+
+def spelling(*texts: str) -> Callable[[str], str]:
+    """Correction toward a keyword index over ``texts``, one document each."""
+    index = KeywordIndex([tokenize(text) for text in texts])
+    return lambda request: corrected(request, index)
+
+
+spelled = spelling(*TEXTS)
 
 
 @pytest.mark.parametrize(
@@ -31,10 +41,11 @@ SPELLING = Spelling(TEXTS)
         ("the weatjer in Paris", "the weather in Paris"),  # one changed
         ("Forcast for Oslo", "forecast for Oslo"),  # capitalised
         ("stok pirce of ACME", "stock price of ACME"),
+        ("resturants nearby", "restaurants nearby"),  # folded as the index folds it
     ],
 )
 def test_a_word_one_edit_from_a_catalogue_word_is_read_as_it(written: str, read: str) -> None:
-    assert SPELLING.corrected(written) == read
+    assert spelled(written) == read
 
 
 @pytest.mark.parametrize(
@@ -50,20 +61,19 @@ def test_a_word_one_edit_from_a_catalogue_word_is_read_as_it(written: str, read:
     ],
 )
 def test_what_is_not_a_typo_of_a_catalogue_word_is_left_as_written(written: str) -> None:
-    assert SPELLING.corrected(written) is written
+    assert spelled(written) is written
 
 
-def test_the_most_frequent_catalogue_word_wins_a_tie() -> None:
-    spelling = Spelling(["cart cart cart", "card"])
-    assert spelling.corrected("carx") == "cart"
-    assert Spelling(["cart", "card card"]).corrected("carx") == "card"
+def test_the_word_most_tools_use_wins_a_tie() -> None:
+    assert spelling("cart", "cart", "card")("carx") == "cart"
+    assert spelling("cart", "card", "card")("carx") == "card"
 
 
 def test_the_work_per_request_is_bounded() -> None:
     typos = " ".join(["wether"] * (MAX_LOOKUPS + 3))
-    assert SPELLING.corrected(typos).split().count("weather") == MAX_LOOKUPS
+    assert spelled(typos).split().count("weather") == MAX_LOOKUPS
     past = "x " * KEYWORD_TEXT_CHARS + "wether"
-    assert SPELLING.corrected("wether " + past) == "weather " + past
+    assert spelled("wether " + past) == "weather " + past
 
 
 def test_the_english_words_come_with_the_package() -> None:
@@ -77,10 +87,10 @@ _TEXT = st.text(st.sampled_from("wether stok pirce linsk ab AAPL é 漢 -_.,!?\n
 
 @given(_TEXT)
 def test_only_words_change_and_a_corrected_request_stays_corrected(written: str) -> None:
-    read = SPELLING.corrected(written)
+    read = spelled(written)
     assert re.sub(r"[A-Za-z]+", "", read) == re.sub(r"[A-Za-z]+", "", written)
     assert len(re.findall(r"[^\W\d_]+", read)) == len(re.findall(r"[^\W\d_]+", written))
-    assert SPELLING.corrected(read) == read
+    assert spelled(read) == read
 
 
 CATALOG = Catalog.from_plain(

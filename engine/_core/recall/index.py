@@ -38,11 +38,11 @@ from ..select.selection import STRATEGIES as STRATEGIES
 from ..select.selection import Ranking, Selection
 from ..select.selection import Strategy as Strategy
 from ..select.toolsets import ToolSet
-from ..text import embedding_text, keyword_document, split_identifier, tokenize, tool_text
+from ..text import embedding_text, keyword_document, split_identifier, tokenize
 from .fusion import FusionWeights, fuse, keyword_terms
 from .keyword import KeywordIndex
 from .learned import LearnedScores
-from .spelling import Spelling
+from .spelling import corrected
 from .vectors import (
     INT8_FROM,
     Indices,
@@ -83,8 +83,6 @@ class RecallIndex:
         build_s: seconds the keyword index took to build.
         learned: example and learned evidence of the tools (``learned.LearnedScores``),
             lifting the cosine of the tools it covers; ``None``: descriptions only.
-        spelling: corrects a request's misspelled words toward the tools' words
-            (``spelled``).
     """
 
     catalog: Catalog
@@ -98,7 +96,6 @@ class RecallIndex:
     int8_from: int = INT8_FROM
     build_s: float = 0.0
     learned: LearnedScores | None = attrs.field(default=None, repr=False)
-    spelling: Spelling = attrs.field(factory=lambda: Spelling(()), repr=False)
     #: Whether the index has tool vectors (``applied``), or why not (``degraded``); set
     #: from ``vectors`` once, as every request reads it.
     vectors_verdict: Verdict = attrs.field(init=False, repr=False)
@@ -127,7 +124,6 @@ class RecallIndex:
         if not isinstance(catalog, Catalog):
             raise ConfigError(f"expected a Catalog, got {type(catalog).__name__}")
         extra = dict(extra_text or {})
-        texts = [f"{tool_text(tool)} {extra.get(tool.id, '')}" for tool in catalog]
         keyword = KeywordIndex(
             [keyword_document(tool, extra.get(tool.id, "")) for tool in catalog],
             names=[tokenize(" ".join(split_identifier(tool.name))) for tool in catalog],
@@ -140,7 +136,6 @@ class RecallIndex:
             int8_product=int8_product,
             int8_from=int8_from,
             build_s=time.perf_counter() - started,
-            spelling=Spelling(texts),
         )
 
     def with_vectors(self, vectors: npt.NDArray[np.float32]) -> RecallIndex:
@@ -182,9 +177,9 @@ class RecallIndex:
         return [embedding_text(tool, self.extra_text.get(tool.id, "")) for tool in self.catalog]
 
     def spelled(self, query: str) -> str:
-        """``query`` as recall reads it: its misspelled words corrected toward the tools'
-        words (``spelling``); the same string when none is."""
-        return self.spelling.corrected(query)
+        """``query`` as recall reads it: its misspelled words corrected toward the words of
+        the keyword index (``spelling.corrected``); the same string when none is."""
+        return corrected(query, self.keyword)
 
     # -- recall -------------------------------------------------------------------------------
 

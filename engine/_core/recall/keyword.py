@@ -69,6 +69,11 @@ class KeywordIndex:
         self._bounds: list[int] = self._indptr.tolist()
         self._idf_list: list[float] = self.bm25_idf.tolist()
 
+    def document_frequency(self, token: str) -> int:
+        """How many documents hold ``token`` (0: none, or a token the index never saw)."""
+        term = self.vocabulary.get(token)
+        return 0 if term is None else self._bounds[term + 1] - self._bounds[term]
+
     def bm25(self, tokens: Sequence[str]) -> Scores:
         """BM25 score of every document (0 where no query term occurs)."""
         vocabulary, bounds = self.vocabulary, self._bounds

@@ -3,10 +3,12 @@
 A typo costs the model far more than it costs a reader: "get the wether in Paris" is cut
 into word pieces the model never saw together, and the request's vector drifts from the
 weather tool. Recall therefore reads the request with such words corrected: a word is
-*misspelled* when neither the catalogue's text nor ``data/words.txt`` (the whole English
-words of the bundled model's vocabulary) holds it, and it is corrected when one edit
-(a letter dropped, added, changed, or two swapped) turns it into a word of the catalogue —
-the most frequent one there when several do. Everything else is left as written: short
+*misspelled* when neither the catalogue's keyword index nor ``data/words.txt`` (the whole
+English words of the bundled model's vocabulary) holds it, and it is corrected when one
+edit (a letter dropped, added, changed, or two swapped) turns it into a word of the
+catalogue — the one most tools use when several do. The keyword index is the catalogue's
+vocabulary (words as the tokeniser folds them: "forecasts" is "forecast"), so correction
+costs nothing to build, and a lookup is one set intersection. Everything else is left as written: short
 words (under ``MIN_LETTERS``), acronyms and identifiers (``AAPL``, ``getWeather``), words
 of other scripts, and words no single edit brings to the catalogue.
 
@@ -21,12 +23,11 @@ from __future__ import annotations
 
 import re
 import string
-from collections import Counter
-from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 
-from ..text import KEYWORD_TEXT_CHARS, split_identifier
+from ..text import KEYWORD_TEXT_CHARS, stem
+from .keyword import KeywordIndex
 
 #: Shorter words are left as written: one edit reaches too many other short words.
 MIN_LETTERS = 4
@@ -47,36 +48,32 @@ def known_words() -> frozenset[str]:
     return frozenset(text.split())
 
 
-class Spelling:
-    """Corrects a request's misspelled words toward the words of one catalogue's text."""
+def corrected(request: str, keywords: KeywordIndex) -> str:
+    """``request`` with its misspelled words corrected toward the words of ``keywords`` (the
+    same string when none is)."""
+    head, tail = request[:KEYWORD_TEXT_CHARS], request[KEYWORD_TEXT_CHARS:]
+    lookups = 0
 
-    def __init__(self, texts: Iterable[str]) -> None:
-        counts: Counter[str] = Counter()
-        for text in texts:
-            counts.update(p.lower() for p in split_identifier(text) if p.isalpha())
-        self._counts = counts
+    def fix(match: re.Match[str]) -> str:
+        nonlocal lookups
+        word = match.group()
+        if not _correctable(word):
+            return word
+        lower = word.lower()
+        # The word as the index folds it: "resturants" is looked up as "resturant", and
+        # its correction gets the "s" back.
+        folded = stem(lower)
+        if lower in known_words() or folded in keywords.vocabulary or lookups >= MAX_LOOKUPS:
+            return word
+        lookups += 1
+        found = keywords.vocabulary.keys() & _one_edit(folded)
+        if not found:
+            return word
+        best = max(found, key=lambda w: (keywords.document_frequency(w), w))
+        return best + lower[len(folded) :] if lower.startswith(folded) else best
 
-    def corrected(self, request: str) -> str:
-        """``request`` with its misspelled words corrected (the same string when none is)."""
-        head, tail = request[:KEYWORD_TEXT_CHARS], request[KEYWORD_TEXT_CHARS:]
-        lookups = 0
-
-        def fix(match: re.Match[str]) -> str:
-            nonlocal lookups
-            word = match.group()
-            if not _correctable(word):
-                return word
-            lower = word.lower()
-            if lower in self._counts or lower in known_words() or lookups >= MAX_LOOKUPS:
-                return word
-            lookups += 1
-            found = [w for w in _one_edit(lower) if w in self._counts]
-            if not found:
-                return word
-            return max(found, key=lambda w: (self._counts[w], w))
-
-        fixed = _WORD.sub(fix, head)
-        return request if fixed == head else fixed + tail
+    fixed = _WORD.sub(fix, head)
+    return request if fixed == head else fixed + tail
 
 
 def _correctable(word: str) -> bool:

@@ -396,11 +396,14 @@ def _run_route(args: argparse.Namespace) -> int:
     from ..providers import default_decider
 
     catalog = read_catalog(args.tools, args.format) if args.tools else Catalog.demo()
+    if not catalog.servers:  # not an error: every tool stays, but the user should know why
+        print(f"toolroute: warning: {_no_servers(args.tools)}", file=sys.stderr)
     decider = default_decider(args.provider)
     config = RoutingConfig(deadline_s=args.deadline, decision_deadline_s=args.deadline)
     if not args.json:
         print(
-            f"{len(catalog.servers)} servers; decision provider: "
+            f"{len(catalog.servers)} server{'' if len(catalog.servers) == 1 else 's'}; "
+            "decision provider: "
             f"{decider.name if decider else 'none configured (every server is kept)'}"
         )
 
@@ -414,13 +417,23 @@ def _run_route(args: argparse.Namespace) -> int:
                 f"\n{query}\n  {outcome.outcome} via {outcome.strategy}"
                 f" in {outcome.latency_ms:.0f} ms {outcome.reason}".rstrip()
             )
-            print(f"  kept:    {', '.join(outcome.selected)}")
+            print(f"  kept:    {', '.join(outcome.selected) or '-'}")
             print(f"  dropped: {', '.join(outcome.excluded) or '-'}")
         if decider is not None:
             await decider.aclose()
 
     trio.run(run)
     return 0
+
+
+def _no_servers(path: str) -> str:
+    """Why ``route`` has nothing to route, and how a tool file names its servers (the readers
+    take a tool's own ``server`` field, or the servers of an ``mcp-servers`` file)."""
+    return (
+        f"tool file {path!r} names no servers, so there is nothing to route: give each tool "
+        "a \"server\" field (in OpenAI Chat Completions tools, inside \"function\"), or list them per server "
+        "as {\"servers\": [{\"name\": ..., \"tools\": [...]}]}"
+    )
 
 
 def _routing_json(outcome: Any) -> dict[str, Any]:

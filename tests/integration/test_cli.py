@@ -551,3 +551,31 @@ def test_select_explain_of_an_unknown_tool_is_an_error(
     args = ["select", "--tools", str(tools_file), "--embedder", "none", "--explain-tool", "nope"]
     assert main([*args, "weather"]) == 2
     assert "explain names tools not in the catalogue: 'nope'" in capsys.readouterr().err
+
+
+def test_route_over_a_file_without_servers_says_how_to_name_them(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["route", "--tools", str(tools_file), "weather in Paris"]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        f"toolroute: warning: tool file {str(tools_file)!r} names no servers, so there is "
+        'nothing to route: give each tool a "server" field (in OpenAI Chat Completions tools, '
+        'inside "function"), or list them per server as '
+        '{"servers": [{"name": ..., "tools": [...]}]}'
+    ]
+    assert "  kept:    -" in out.splitlines()
+
+
+def test_route_reads_the_servers_the_warning_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The two ways the warning offers both give the file servers.
+    nested = [{"type": "function", "function": {**TOOLS[0], "server": "weather"}}]
+    listed = {"servers": [{"name": "weather", "tools": [TOOLS[0]]}]}
+    for data in (nested, listed):
+        assert main(["route", "--tools", str(write(tmp_path, "t.json", data)), "rain?"]) == 0
+        out, err = capsys.readouterr()
+        assert err == ""
+        assert out.startswith("1 server;")
+        assert "  kept:    weather" in out.splitlines()

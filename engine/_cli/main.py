@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # its options belong to the benchmark script
         args = argparse.Namespace(run=_run_bench, bench_args=argv[1:])
     else:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     try:
         with _one_line_warnings():
             result: int = args.run(args)
@@ -87,10 +87,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parse_args``, but an unknown option is named before a missing command: argparse
+    would report ``toolroute --bogus`` as a missing COMMAND."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if not hasattr(args, "run"):
+        parser.error("the following arguments are required: COMMAND")
+    return args
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="toolroute", description="Choose the few tools an LLM agent should see.")
     parser.add_argument("--version", action="version", version=f"toolroute {__version__}")
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    # Not required here: _parse names unknown options first, then a missing command.
+    commands = parser.add_subparsers(required=False, metavar="COMMAND")
 
     select = commands.add_parser("select", help="pick tools for one or more requests")
     _index_options(select)

@@ -579,3 +579,20 @@ def test_route_reads_the_servers_the_warning_names(
         assert err == ""
         assert out.startswith("1 server;")
         assert "  kept:    weather" in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bogus", "--other"], "unrecognized arguments: --bogus --other"),
+        ([], "the following arguments are required: COMMAND"),
+    ],
+)
+def test_an_unknown_option_is_named_before_a_missing_command(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys) == f"toolroute: error: {message} (see 'toolroute --help')"

@@ -596,3 +596,26 @@ def test_an_unknown_option_is_named_before_a_missing_command(
         main(argv)
     assert exit_info.value.code == 2
     assert one_error_line(capsys) == f"toolroute: error: {message} (see 'toolroute --help')"
+
+
+def test_events_from_start_without_follow_or_group_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Refused before any connection: nothing listens on port 1.
+    assert main(["events", "--redis", "redis://127.0.0.1:1", "--from-start"]) == 2
+    assert one_error_line(capsys) == (
+        "toolroute: error: --from-start goes with --follow or --group; without them every "
+        "event the stream holds is printed already"
+    )
+    # With --group it says where a new group begins: accepted (the connection then fails; in
+    # a process of its own, as the client's unclosed streams would warn in this one).
+    command = ["events", "--redis", "redis://127.0.0.1:1", "--group", "g", "--from-start"]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolroute", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "cannot read events from redis://127.0.0.1:1" in done.stderr

@@ -380,9 +380,10 @@ def _run_demo(args: argparse.Namespace) -> int:
         printer(done, total)
 
     index = _build(args, catalog, progress)
-    fresh = embedded[0] if embedded else 0
-    source = f"embedded {fresh} tools" if fresh else "all tool vectors from the cache"
-    print(f"Index ready in {index.build_s:.2f} s ({source}); strategy {index.strategy}\n")
+    print(
+        f"Index ready in {index.build_s:.2f} s ({_index_source(index, embedded)}); "
+        f"strategy {index.strategy}\n"
+    )
     found = total = 0
     for item in requests:
         selection = index.select(item["query"])
@@ -399,6 +400,17 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     run_agent_demo(catalog, index.embedder, args.cache_dir, args.json)
     return 0
+
+
+def _index_source(index: ToolIndex, embedded: Sequence[int]) -> str:
+    """Where the demo index's tool vectors came from (``embedded`` holds the totals its
+    embedding progress reported: none when every vector was cached)."""
+    if index.embedder is None:
+        return "keyword only: no embedder, no tool vectors"
+    if index.degraded_reason:
+        return f"keyword only: {index.degraded_reason}"
+    fresh = embedded[0] if embedded else 0
+    return f"embedded {fresh} tools" if fresh else "all tool vectors from the cache"
 
 
 def _run_route(args: argparse.Namespace) -> int:
@@ -443,8 +455,8 @@ def _no_servers(path: str) -> str:
     take a tool's own ``server`` field, or the servers of an ``mcp-servers`` file)."""
     return (
         f"tool file {path!r} names no servers, so there is nothing to route: give each tool "
-        "a \"server\" field (in OpenAI Chat Completions tools, inside \"function\"), or list them per server "
-        "as {\"servers\": [{\"name\": ..., \"tools\": [...]}]}"
+        'a "server" field (in OpenAI Chat Completions tools, inside "function"), or list '
+        'them per server as {"servers": [{"name": ..., "tools": [...]}]}'
     )
 
 

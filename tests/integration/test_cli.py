@@ -619,3 +619,12 @@ def test_events_from_start_without_follow_or_group_is_refused(
     )
     assert done.returncode == 2
     assert "cannot read events from redis://127.0.0.1:1" in done.stderr
+
+
+def test_demo_without_an_embedder_says_it_has_no_vectors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--embedder", "none", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    ready = next(line for line in out.splitlines() if line.startswith("Index ready"))
+    assert "(keyword only: no embedder, no tool vectors); strategy keyword" in ready

@@ -275,8 +275,7 @@ def _crashing_server(tmp_path: Path) -> dict[str, Any]:
         ),
         pytest.param(
             {"mcpServers": {"x": {"command": "/nonexistent/bin"}}},
-            "no MCP server came up with a tool to route: 'x' failed to start "
-            "(FileNotFoundError: ",
+            "no MCP server came up with a tool to route: 'x' failed to start (FileNotFoundError: ",
             id="missing-command",
         ),
         pytest.param(

@@ -628,3 +628,48 @@ def test_demo_without_an_embedder_says_it_has_no_vectors(
     out = capsys.readouterr().out
     ready = next(line for line in out.splitlines() if line.startswith("Index ready"))
     assert "(keyword only: no embedder, no tool vectors); strategy keyword" in ready
+
+
+async def _demo_conversation(json_lines: bool = False) -> list[str]:
+    from toolroute import Catalog, EngineConfig, open_engine
+    from toolroute._cli.demo import converse
+    from toolroute.providers import HashingEmbedder
+
+    lines: list[str] = []
+    config = EngineConfig(cache=False)
+    async with open_engine(Catalog.demo(), config=config, embedder=HashingEmbedder()) as engine:
+        await engine.ready()
+        await converse(engine, lines.append, json_lines)
+    return "\n".join(lines).splitlines()
+
+
+async def test_demo_prints_each_steps_event_under_that_step_the_same_every_run() -> None:
+    import re
+
+    runs = [await _demo_conversation() for _ in range(4)]
+    latency = re.compile(r"\d+\.\d ms")  # the one part that differs from run to run
+    assert len({tuple(latency.sub("ms", line) for line in run) for run in runs}) == 1
+    under: dict[str, list[str]] = {}
+    heading = ""
+    for line in runs[0]:
+        if line.startswith("step "):
+            heading = line
+            under[heading] = []
+        elif heading and line.startswith("  event "):
+            under[heading].append(line)
+    assert list(under) == [
+        "step the user's request",
+        "step the same step again (the agent retries it)",
+        "step after a tool call",
+        "step after a step with no tool call (next page)",
+        "step after two steps with no tool call (every tool)",
+    ]
+    pages = [re.findall(r"step\.finished: page (\d)", " ".join(e)) for e in under.values()]
+    assert pages == [["0"], ["0"], ["0"], ["1"], ["2"]]
+    assert under["step after two steps with no tool call (every tool)"][0].endswith("every tool")
+
+
+async def test_demo_json_lines_are_each_steps_events_in_step_order() -> None:
+    events = [json.loads(line) for line in await _demo_conversation(json_lines=True)]
+    assert events[0]["type"] == "subscription.started"
+    assert [e["page"] for e in events if e["type"] == "step.finished"] == [0, 0, 0, 1, 2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -644,8 +645,6 @@ async def _demo_conversation(json_lines: bool = False) -> list[str]:
 
 
 async def test_demo_prints_each_steps_event_under_that_step_the_same_every_run() -> None:
-    import re
-
     runs = [await _demo_conversation() for _ in range(4)]
     latency = re.compile(r"\d+\.\d ms")  # the one part that differs from run to run
     assert len({tuple(latency.sub("ms", line) for line in run) for run in runs}) == 1
@@ -673,3 +672,34 @@ async def test_demo_json_lines_are_each_steps_events_in_step_order() -> None:
     events = [json.loads(line) for line in await _demo_conversation(json_lines=True)]
     assert events[0]["type"] == "subscription.started"
     assert [e["page"] for e in events if e["type"] == "step.finished"] == [0, 0, 0, 1, 2]
+
+
+def _select_examples() -> list[tuple[list[str], list[str]]]:
+    """The ``$ toolroute select …`` examples of docs/cli.md: the arguments and the lines shown."""
+    import shlex
+
+    page = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = page[page.index("## select\n") : page.index("## eval\n")]
+    examples = []
+    for block in section.split("```text\n")[1:]:
+        command, *shown = block.split("```")[0].strip().splitlines()
+        examples.append((shlex.split(command.removeprefix("$ toolroute ")), shown))
+    return examples
+
+
+def test_the_select_examples_of_the_docs_print_as_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    servers = {"get_weather": "weather", "send_email": "gmail", "create_issue": "github"}
+    tools = write(tmp_path, "tools.json", [{**t, "server": servers[t["name"]]} for t in TOOLS])
+    examples = _select_examples()
+    assert len(examples) == 2
+    assert not any(line.lstrip().startswith("why ") for line in examples[0][1])  # no --explain
+    for argv, shown in examples:
+        argv = [str(tools) if arg == "tools.json" else arg for arg in argv]
+        assert main([*argv, "--no-cache"]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        latency = re.compile(r"\d+\.\d ms")  # the one part that differs from run to run
+        assert [latency.sub("ms", line) for line in printed] == [
+            latency.sub("ms", line) for line in shown
+        ]

@@ -6,12 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import trio
-import trio.lowlevel
-
 from .._core.catalog.catalog import Catalog
 from .._core.config import EngineConfig, WarmupConfig
-from .._core.events import StepFinished, to_json
+from .._core.events import Event, StepFinished, to_json
 from .._runtime.engine import Engine, open_engine
 
 USER = (
@@ -69,30 +66,38 @@ SCRIPT: list[tuple[str, list[dict[str, Any]]]] = [
 
 
 async def converse(engine: Engine, write: Callable[[str], None], json_lines: bool) -> None:
-    async with engine.subscribe(buffer=64) as events, trio.open_nursery() as nursery:
+    """Run ``SCRIPT`` through ``engine``, each step's heading followed by that step's events.
 
-        async def stream() -> None:
-            async for delivery in events:
-                event = delivery.event
-                if json_lines:
-                    write(to_json(event))
-                elif isinstance(event, StepFinished):
-                    shown = "every tool" if event.tool_ids is None else ", ".join(event.tool_ids)
-                    write(
-                        f"  event {event.type}: page {event.page}, {event.outcome}, "
-                        f"{event.latency_ms:.1f} ms -> {shown}"
-                    )
-                else:
-                    write(f"  event {event.type}")
+    Events arrive on a subscription; printing them as they come would interleave them with
+    the headings differently on each run. So after each step its events are read here,
+    up to and including its ``step.finished`` (published before ``prepare_step`` returns):
+    the output is in the same order every time.
+    """
 
-        nursery.start_soon(stream)
+    def show(event: Event) -> None:
+        if json_lines:
+            write(to_json(event))
+        elif isinstance(event, StepFinished):
+            shown = "every tool" if event.tool_ids is None else ", ".join(event.tool_ids)
+            write(
+                f"  event {event.type}: page {event.page}, {event.outcome}, "
+                f"{event.latency_ms:.1f} ms -> {shown}"
+            )
+        else:
+            write(f"  event {event.type}")
+
+    async with engine.subscribe(buffer=64) as events:
+        show((await events.receive()).event)  # subscription.started: the state before
         for label, messages in SCRIPT:
             step = await engine.prepare_step(messages, session="demo")
             if not json_lines:
                 write(f"\nstep {label}\n  query: {step.query[:90]}")
-            await trio.lowlevel.checkpoint()  # let the event stream print before the next step
-        await trio.sleep(0.01)
-        nursery.cancel_scope.cancel()
+            while True:
+                delivery = await events.receive()
+                show(delivery.event)
+                # A loss (never expected at this buffer) may have taken the step's own event.
+                if isinstance(delivery.event, StepFinished) or delivery.dropped:
+                    break
     if not json_lines:
         stats = engine.statistics().recall
         lookups = stats.query_cache_hits + stats.query_cache_misses
@@ -110,5 +115,7 @@ def run_agent_demo(
     async def main() -> None:
         async with open_engine(catalog, config=config, embedder=embedder) as engine:
             await converse(engine, print, json_lines)
+
+    import trio
 
     trio.run(main)

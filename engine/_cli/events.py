@@ -34,7 +34,8 @@ def add_events_command(commands: Any) -> None:
     events.add_argument(
         "--from-start",
         action="store_true",
-        help="with --follow: begin with the events the stream already holds",
+        help="with --follow: begin with the events the stream already holds; with --group: "
+        "a new group begins there (without either, every held event is printed anyway)",
     )
     events.set_defaults(run=run_events)
 
@@ -43,6 +44,12 @@ def run_events(args: argparse.Namespace) -> int:
     if not args.redis.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
             f"--redis must be a redis://, rediss:// or unix:// URL, got {args.redis!r}"
+        )
+    if args.from_start and not (args.follow or args.group is not None):
+        # It would change nothing: a read without --follow already begins at the start.
+        raise ConfigError(
+            "--from-start goes with --follow or --group; without them every event the "
+            "stream holds is printed already"
         )
     try:
         import coredis

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # its options belong to the benchmark script
         args = argparse.Namespace(run=_run_bench, bench_args=argv[1:])
     else:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     try:
         with _one_line_warnings():
             result: int = args.run(args)
@@ -87,10 +87,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parse_args``, but an unknown option is named before a missing command: argparse
+    would report ``toolroute --bogus`` as a missing COMMAND."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if not hasattr(args, "run"):
+        parser.error("the following arguments are required: COMMAND")
+    return args
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="toolroute", description="Choose the few tools an LLM agent should see.")
     parser.add_argument("--version", action="version", version=f"toolroute {__version__}")
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    # Not required here: _parse names unknown options first, then a missing command.
+    commands = parser.add_subparsers(required=False, metavar="COMMAND")
 
     select = commands.add_parser("select", help="pick tools for one or more requests")
     _index_options(select)
@@ -368,9 +380,10 @@ def _run_demo(args: argparse.Namespace) -> int:
         printer(done, total)
 
     index = _build(args, catalog, progress)
-    fresh = embedded[0] if embedded else 0
-    source = f"embedded {fresh} tools" if fresh else "all tool vectors from the cache"
-    print(f"Index ready in {index.build_s:.2f} s ({source}); strategy {index.strategy}\n")
+    print(
+        f"Index ready in {index.build_s:.2f} s ({_index_source(index, embedded)}); "
+        f"strategy {index.strategy}\n"
+    )
     found = total = 0
     for item in requests:
         selection = index.select(item["query"])
@@ -389,6 +402,17 @@ def _run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index_source(index: ToolIndex, embedded: Sequence[int]) -> str:
+    """Where the demo index's tool vectors came from (``embedded`` holds the totals its
+    embedding progress reported: none when every vector was cached)."""
+    if index.embedder is None:
+        return "keyword only: no embedder, no tool vectors"
+    if index.degraded_reason:
+        return f"keyword only: {index.degraded_reason}"
+    fresh = embedded[0] if embedded else 0
+    return f"embedded {fresh} tools" if fresh else "all tool vectors from the cache"
+
+
 def _run_route(args: argparse.Namespace) -> int:
     import trio
 
@@ -396,11 +420,14 @@ def _run_route(args: argparse.Namespace) -> int:
     from ..providers import default_decider
 
     catalog = read_catalog(args.tools, args.format) if args.tools else Catalog.demo()
+    if not catalog.servers:  # not an error: every tool stays, but the user should know why
+        print(f"toolroute: warning: {_no_servers(args.tools)}", file=sys.stderr)
     decider = default_decider(args.provider)
     config = RoutingConfig(deadline_s=args.deadline, decision_deadline_s=args.deadline)
     if not args.json:
         print(
-            f"{len(catalog.servers)} servers; decision provider: "
+            f"{len(catalog.servers)} server{'' if len(catalog.servers) == 1 else 's'}; "
+            "decision provider: "
             f"{decider.name if decider else 'none configured (every server is kept)'}"
         )
 
@@ -414,13 +441,23 @@ def _run_route(args: argparse.Namespace) -> int:
                 f"\n{query}\n  {outcome.outcome} via {outcome.strategy}"
                 f" in {outcome.latency_ms:.0f} ms {outcome.reason}".rstrip()
             )
-            print(f"  kept:    {', '.join(outcome.selected)}")
+            print(f"  kept:    {', '.join(outcome.selected) or '-'}")
             print(f"  dropped: {', '.join(outcome.excluded) or '-'}")
         if decider is not None:
             await decider.aclose()
 
     trio.run(run)
     return 0
+
+
+def _no_servers(path: str) -> str:
+    """Why ``route`` has nothing to route, and how a tool file names its servers (the readers
+    take a tool's own ``server`` field, or the servers of an ``mcp-servers`` file)."""
+    return (
+        f"tool file {path!r} names no servers, so there is nothing to route: give each tool "
+        'a "server" field (in OpenAI Chat Completions tools, inside "function"), or list '
+        'them per server as {"servers": [{"name": ..., "tools": [...]}]}'
+    )
 
 
 def _routing_json(outcome: Any) -> dict[str, Any]:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .._core.errors import ConfigError, ToolrouteError
 from .inputs import positive_int
 
 
@@ -56,6 +59,11 @@ def run_mcp(args: argparse.Namespace) -> int:
     from ..integrations.mcp import read_mcp_config
 
     servers = read_mcp_config(args.config)  # a mistake in the file fails here, in one line
+    if not servers:  # said before a model loads
+        raise ConfigError(
+            f"MCP config {args.config!r} lists no servers: expected at least one enabled "
+            "server under 'mcpServers' (or 'servers'), got none"
+        )
     embedder: Any
     if args.embedder == "none":
         embedder = None
@@ -69,7 +77,7 @@ def run_mcp(args: argparse.Namespace) -> int:
         embedder = default_embedder()
     config = EngineConfig(dedup=DedupConfig(enabled=args.dedup))
 
-    async def main() -> None:
+    async def serve() -> None:
         async with open_gateway(
             servers, engine_config=config, embedder=embedder, limit=args.max_active
         ) as gateway:
@@ -81,5 +89,46 @@ def run_mcp(args: argparse.Namespace) -> int:
                 url = await nursery.start(serving)
                 print(f"toolroute mcp: serving {url}", file=sys.stderr)
 
-    trio.run(main)
+    try:
+        trio.run(_until_signalled, serve)
+    except BaseExceptionGroup as group:  # the gateway fails inside the signal watch's nursery
+        error = _one_error(group)
+        if error is group:
+            raise
+        raise error from group
+    print("toolroute mcp: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+async def _until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
+    """Run ``serve`` until it returns (the stdio client left) or SIGINT or SIGTERM comes;
+    a signal cancels it, and leaving the gateway closes every upstream server."""
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for received in signals:
+                    nursery.cancel_scope.cancel(f"{signal.Signals(received).name}: stop")
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await serve()
+            nursery.cancel_scope.cancel("served")
+
+
+def _one_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The mistake inside ``group`` when every failure in it is a ``ToolrouteError`` (said in
+    one line); otherwise the group itself."""
+    leaves = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    if leaves and all(isinstance(exc, ToolrouteError) for exc in leaves):
+        return leaves[0]
+    return group

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -551,3 +552,154 @@ def test_select_explain_of_an_unknown_tool_is_an_error(
     args = ["select", "--tools", str(tools_file), "--embedder", "none", "--explain-tool", "nope"]
     assert main([*args, "weather"]) == 2
     assert "explain names tools not in the catalogue: 'nope'" in capsys.readouterr().err
+
+
+def test_route_over_a_file_without_servers_says_how_to_name_them(
+    tools_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["route", "--tools", str(tools_file), "weather in Paris"]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines() == [
+        f"toolroute: warning: tool file {str(tools_file)!r} names no servers, so there is "
+        'nothing to route: give each tool a "server" field (in OpenAI Chat Completions tools, '
+        'inside "function"), or list them per server as '
+        '{"servers": [{"name": ..., "tools": [...]}]}'
+    ]
+    assert "  kept:    -" in out.splitlines()
+
+
+def test_route_reads_the_servers_the_warning_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The two ways the warning offers both give the file servers.
+    nested = [{"type": "function", "function": {**TOOLS[0], "server": "weather"}}]
+    listed = {"servers": [{"name": "weather", "tools": [TOOLS[0]]}]}
+    for data in (nested, listed):
+        assert main(["route", "--tools", str(write(tmp_path, "t.json", data)), "rain?"]) == 0
+        out, err = capsys.readouterr()
+        assert err == ""
+        assert out.startswith("1 server;")
+        assert "  kept:    weather" in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bogus", "--other"], "unrecognized arguments: --bogus --other"),
+        ([], "the following arguments are required: COMMAND"),
+    ],
+)
+def test_an_unknown_option_is_named_before_a_missing_command(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys) == f"toolroute: error: {message} (see 'toolroute --help')"
+
+
+def test_events_from_start_without_follow_or_group_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Refused before any connection: nothing listens on port 1.
+    assert main(["events", "--redis", "redis://127.0.0.1:1", "--from-start"]) == 2
+    assert one_error_line(capsys) == (
+        "toolroute: error: --from-start goes with --follow or --group; without them every "
+        "event the stream holds is printed already"
+    )
+    # With --group it says where a new group begins: accepted (the connection then fails; in
+    # a process of its own, as the client's unclosed streams would warn in this one).
+    command = ["events", "--redis", "redis://127.0.0.1:1", "--group", "g", "--from-start"]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolroute", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "cannot read events from redis://127.0.0.1:1" in done.stderr
+
+
+def test_demo_without_an_embedder_says_it_has_no_vectors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--embedder", "none", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    ready = next(line for line in out.splitlines() if line.startswith("Index ready"))
+    assert "(keyword only: no embedder, no tool vectors); strategy keyword" in ready
+
+
+async def _demo_conversation(json_lines: bool = False) -> list[str]:
+    from toolroute import Catalog, EngineConfig, open_engine
+    from toolroute._cli.demo import converse
+    from toolroute.providers import HashingEmbedder
+
+    lines: list[str] = []
+    config = EngineConfig(cache=False)
+    async with open_engine(Catalog.demo(), config=config, embedder=HashingEmbedder()) as engine:
+        await engine.ready()
+        await converse(engine, lines.append, json_lines)
+    return "\n".join(lines).splitlines()
+
+
+async def test_demo_prints_each_steps_event_under_that_step_the_same_every_run() -> None:
+    runs = [await _demo_conversation() for _ in range(4)]
+    latency = re.compile(r"\d+\.\d ms")  # the one part that differs from run to run
+    assert len({tuple(latency.sub("ms", line) for line in run) for run in runs}) == 1
+    under: dict[str, list[str]] = {}
+    heading = ""
+    for line in runs[0]:
+        if line.startswith("step "):
+            heading = line
+            under[heading] = []
+        elif heading and line.startswith("  event "):
+            under[heading].append(line)
+    assert list(under) == [
+        "step the user's request",
+        "step the same step again (the agent retries it)",
+        "step after a tool call",
+        "step after a step with no tool call (next page)",
+        "step after two steps with no tool call (every tool)",
+    ]
+    pages = [re.findall(r"step\.finished: page (\d)", " ".join(e)) for e in under.values()]
+    assert pages == [["0"], ["0"], ["0"], ["1"], ["2"]]
+    assert under["step after two steps with no tool call (every tool)"][0].endswith("every tool")
+
+
+async def test_demo_json_lines_are_each_steps_events_in_step_order() -> None:
+    events = [json.loads(line) for line in await _demo_conversation(json_lines=True)]
+    assert events[0]["type"] == "subscription.started"
+    assert [e["page"] for e in events if e["type"] == "step.finished"] == [0, 0, 0, 1, 2]
+
+
+def _select_examples() -> list[tuple[list[str], list[str]]]:
+    """The ``$ toolroute select …`` examples of docs/cli.md: the arguments and the lines shown."""
+    import shlex
+
+    page = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = page[page.index("## select\n") : page.index("## eval\n")]
+    examples = []
+    for block in section.split("```text\n")[1:]:
+        command, *shown = block.split("```")[0].strip().splitlines()
+        examples.append((shlex.split(command.removeprefix("$ toolroute ")), shown))
+    return examples
+
+
+def test_the_select_examples_of_the_docs_print_as_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    servers = {"get_weather": "weather", "send_email": "gmail", "create_issue": "github"}
+    tools = write(tmp_path, "tools.json", [{**t, "server": servers[t["name"]]} for t in TOOLS])
+    examples = _select_examples()
+    assert len(examples) == 2
+    assert not any(line.lstrip().startswith("why ") for line in examples[0][1])  # no --explain
+    for argv, shown in examples:
+        argv = [str(tools) if arg == "tools.json" else arg for arg in argv]
+        assert main([*argv, "--no-cache"]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        latency = re.compile(r"\d+\.\d ms")  # the one part that differs from run to run
+        assert [latency.sub("ms", line) for line in printed] == [
+            latency.sub("ms", line) for line in shown
+        ]

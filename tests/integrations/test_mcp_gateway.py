@@ -6,6 +6,11 @@ Real processes and real time; waits are bounded generously (see test_mcp_live)."
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,7 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp_support import fixture_entry, installed
 
-from toolroute import EngineConfig
+from toolroute import ConfigError, EngineConfig
 from toolroute._gateway.listing import Activations
 from toolroute._gateway.run import open_gateway, serve_http
 from toolroute.config import DedupConfig
@@ -240,3 +245,174 @@ def test_the_command_reports_a_malformed_config_in_one_line(
         "toolroute: error: MCP server 'time': field 'command' must be a non-empty string, "
         "got ['uvx']"
     )
+
+
+# -- the command's start and stop ------------------------------------------------------------
+
+#: Loose: a loaded machine starts Python, the gateway and its upstreams slowly.
+PROCESS_S = 120
+
+
+def _gateway_command(config: Path, *args: str) -> list[str]:
+    return [installed("toolroute"), "mcp", "--config", str(config), "--embedder", "none", *args]
+
+
+def _crashing_server(tmp_path: Path) -> dict[str, Any]:
+    script = tmp_path / "crash_at_start.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    return {"command": sys.executable, "args": [str(script)]}
+
+
+@pytest.mark.parametrize(
+    ("servers", "expected"),
+    [
+        pytest.param({"servers": {}}, "lists no servers", id="empty-servers"),
+        pytest.param({"mcpServers": {}}, "lists no servers", id="empty-mcpServers"),
+        pytest.param(
+            {"mcpServers": {"x": {"command": "a", "disabled": True}}},
+            "lists no servers",
+            id="all-disabled",
+        ),
+        pytest.param(
+            {"mcpServers": {"x": {"command": "/nonexistent/bin"}}},
+            "no MCP server came up with a tool to route: 'x' failed to start (FileNotFoundError: ",
+            id="missing-command",
+        ),
+        pytest.param(
+            "crash",
+            "no MCP server came up with a tool to route: 'x' failed to start (",
+            id="crash-at-start",
+        ),
+    ],
+)
+def test_a_config_that_brings_up_no_tool_is_one_line_and_exit_2(
+    tmp_path: Path, servers: object, expected: str
+) -> None:
+    if servers == "crash":
+        servers = {"mcpServers": {"x": _crashing_server(tmp_path)}}
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps(servers))
+    done = subprocess.run(
+        _gateway_command(config),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_S,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("toolroute: error: ")
+    assert expected in lines[0]
+    if "lists no servers" in expected:
+        assert f"MCP config {str(config)!r} lists no servers" in lines[0]
+        assert "'mcpServers'" in lines[0]
+
+
+def test_no_tools_reason_names_each_server_and_why() -> None:
+    from toolroute._gateway.run import no_tools_reason
+    from toolroute.integrations.mcp import ServerStatus
+
+    status = {
+        "a": ServerStatus(name="a", state="up"),
+        "b": ServerStatus(name="b", state="down", error="OSError: " + "x" * 500),
+    }
+    reason = no_tools_reason(status)
+    assert reason.startswith("no MCP server came up with a tool to route: 'a' listed no tools; ")
+    assert "'b' failed to start (OSError: xxx" in reason
+    assert len(reason) < 300  # a long error is cut: the line stays readable
+    assert "lists no servers" in no_tools_reason({})
+
+
+async def test_the_gateway_raises_no_tools_as_itself_and_serves_a_partly_broken_fleet(
+    tmp_path: Path,
+) -> None:
+    missing = {"command": str(tmp_path / "no-such-server")}
+    with pytest.raises(ConfigError, match=r"'x' failed to start \(FileNotFoundError"):
+        async with open_gateway({"mcpServers": {"x": missing}}, embedder=None, mcp_config=QUICK):
+            pytest.fail("a gateway without tools opened")
+
+    fleet = {"mcpServers": {"fx": fixture_entry(), "x": missing}}
+    config = EngineConfig(cache=False)
+    async with open_gateway(fleet, engine_config=config, embedder=None, mcp_config=QUICK) as gw:
+        assert "echo" in gw.served.ids  # fail-open: the good server's tools are served
+        assert gw.live.status["x"].state == "down"
+
+
+class GatewayProcess:
+    """``toolroute mcp`` in a process of its own; its stderr lines collected by a thread."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.errors: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.errors.append(line.rstrip("\n"))
+
+    def wait_for_error_line(self, start: str) -> str:
+        deadline = time.monotonic() + PROCESS_S
+        while time.monotonic() < deadline and self.process.poll() is None:
+            found = [line for line in self.errors if line.startswith(start)]
+            if found:
+                return found[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no line starting {start!r}: {self.errors}")
+
+    def stop(self) -> int:
+        """SIGINT, then the exit status (the process killed if it does not exit)."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            return self.process.wait(PROCESS_S)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self._reader.join(PROCESS_S)
+            for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+
+def test_sigint_stops_the_http_gateway_cleanly(tmp_path: Path) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"fx": fixture_entry()}}))
+    gateway = GatewayProcess(_gateway_command(config, "--transport", "http", "--port", "0"))
+    gateway.wait_for_error_line("toolroute mcp: serving http://")
+    assert gateway.stop() == 0, gateway.errors
+    assert gateway.errors[-1] == "toolroute mcp: stopped"
+    assert not any("Traceback" in line for line in gateway.errors)
+
+
+def test_sigint_stops_the_stdio_gateway_cleanly(tmp_path: Path) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"fx": fixture_entry()}}))
+    gateway = GatewayProcess(_gateway_command(config))
+    assert gateway.process.stdin is not None
+    assert gateway.process.stdout is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    gateway.process.stdin.write(json.dumps(initialize) + "\n")
+    gateway.process.stdin.flush()
+    answer = json.loads(gateway.process.stdout.readline())  # serving: it answered
+    assert answer["id"] == 1
+    assert gateway.stop() == 0, gateway.errors
+    assert gateway.errors == ["toolroute mcp: stopped"]

@@ -233,6 +233,8 @@ async def open_mcp_catalog(
     Raises:
         ConfigError: the config is malformed (it names the server and the field).
 
+    An exception raised in the block, alone, propagates as itself (not in a group).
+
     **Cancellation:** leaving the block (or cancelling it) closes every connection and
     stops every server process the catalogue started.
 
@@ -250,12 +252,21 @@ async def open_mcp_catalog(
     else:
         specs = read_mcp_config(servers)
     live = LiveCatalog(specs, config)
-    async with trio.open_nursery() as nursery:
-        async with trio.open_nursery() as starting:  # every server's first answer, at once
-            for upstream in live._upstreams.values():
-                starting.start_soon(nursery.start, upstream.run)
-        nursery.start_soon(live._run_followers)
-        try:
-            yield live
-        finally:
-            nursery.cancel_scope.cancel("the live MCP catalogue closed")
+    body_error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            async with trio.open_nursery() as starting:  # every server's first answer, at once
+                for upstream in live._upstreams.values():
+                    starting.start_soon(nursery.start, upstream.run)
+            nursery.start_soon(live._run_followers)
+            try:
+                yield live
+            except BaseException as exc:
+                body_error = exc
+                raise
+            finally:
+                nursery.cancel_scope.cancel("the live MCP catalogue closed")
+    except BaseExceptionGroup as group:
+        if body_error is not None and group.exceptions == (body_error,):
+            raise body_error from None  # the caller's own error, as itself
+        raise

@@ -100,7 +100,8 @@ class Catalog:
         (``[{name, description, parameters}]`` or ``{name: {description, inputSchema}}``).
 
         Raises:
-            CatalogError: the file is missing, is not JSON, or holds a malformed tool.
+            CatalogError: ``path`` is not a path (``None``, say), or the file is missing, is
+                not JSON, or holds a malformed tool.
         """
         data = files.read_json(path, what="tool file", error=CatalogError)
         try:

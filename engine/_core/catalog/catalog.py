@@ -161,7 +161,8 @@ class Catalog:
 
         Raises:
             CatalogError: an object of no known shape (naming its index and type), a
-                malformed definition, or two tools sharing an id.
+                malformed definition, a function whose name is not a tool name (a lambda:
+                define it with ``def``, or set its ``__name__``), or two tools sharing an id.
         """
         return cls(framework_tools.read_tools(tools, server=server))
 

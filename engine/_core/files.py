@@ -46,12 +46,13 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
             descriptor), or the file cannot be read, is not UTF-8 or is not JSON; the message
             names the file and says why.
     """
-    if not isinstance(path, str | os.PathLike):
-        came = repr(path)
+    given: object = path  # the caller's value, whatever its annotation says
+    if not isinstance(given, str | os.PathLike):
+        came = repr(given)
         came = f"{came[:60]}…" if len(came) > 61 else came
         raise error(
             f"{what} path must be a str or an os.PathLike (a pathlib.Path, say), got"
-            f" {type(path).__name__} {came}"
+            f" {type(given).__name__} {came}"
         )
     where = os.fspath(path)
     try:

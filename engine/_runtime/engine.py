@@ -102,7 +102,8 @@ async def open_engine(
             ``EngineConfig``, ``embedder``, ``decider`` or ``generator`` is not an
             ``Embedder``, ``Decider`` or ``Generator`` (a provider's name, say), a tool set is malformed or names a tool not in ``catalog``,
             ``embedding`` dedup is asked of a keyword-only engine, or the environment
-            configures a decision provider badly (an http base URL off loopback, say).
+            configures a decision provider badly (an http base URL off loopback, say, or
+            ``TOOLROUTE_DECISION_PROVIDER`` naming one whose variables are not set).
         RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).
         EngineCrashed: a service of the engine failed past its restart budget, or failed
             in a way it cannot recover from (``__cause__`` holds the group of failures).

@@ -3,7 +3,7 @@
 python examples/route_servers.py "open an issue about the login crash"
 
 Uses the decision provider the environment configures (TYPESAFE_API_KEY, PERPLEXITY_API_KEY,
-... — see the README), or an OpenAI-compatible chat model with logprobs when
+... — see docs/decisions-and-routing.md#providers for every provider's variables), or an OpenAI-compatible chat model with logprobs when
 TOOLROUTE_DECISION_PROVIDER=logprob, TOOLROUTE_LOGPROB_BASE_URL and TOOLROUTE_LOGPROB_MODEL
 are set (a local vLLM or Ollama, say). With none, routing fails open: every server is kept.
 """

@@ -43,11 +43,11 @@ def load_queries(path: str | os.PathLike[str]) -> list[Query]:
     """Read ``[{"query": str, "expected": str | [str], "expected_groups"?: [[str]]}]``.
 
     Raises:
-        ConfigError: the file is missing, not JSON, or an item has the wrong shape.
+        ConfigError: ``path`` is not a path, or the file is missing, not JSON, or an item
+            has the wrong shape.
     """
-    where = os.fspath(path)
     data = files.read_json(path, what="queries file", error=ConfigError)
-    return queries_from_data(data, where)
+    return queries_from_data(data, os.fspath(path))
 
 
 def queries_from_data(data: object, where: str) -> list[Query]:

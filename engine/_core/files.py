@@ -42,9 +42,18 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
             ``ConfigError``).
 
     Raises:
-        ToolrouteError: of class ``error``: the file cannot be read, is not UTF-8 or is not
-            JSON; the message names the file and says why.
+        ToolrouteError: of class ``error``: ``path`` is not a path (``None``, a file
+            descriptor), or the file cannot be read, is not UTF-8 or is not JSON; the message
+            names the file and says why.
     """
+    given: object = path  # the caller's value, whatever its annotation says
+    if not isinstance(given, str | os.PathLike):
+        came = repr(given)
+        came = f"{came[:60]}…" if len(came) > 61 else came
+        raise error(
+            f"{what} path must be a str or an os.PathLike (a pathlib.Path, say), got"
+            f" {type(given).__name__} {came}"
+        )
     where = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as file:
@@ -53,6 +62,8 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
         raise error(f"cannot read {what} {where!r}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise error(f"{what} {where!r} is not UTF-8: {exc.reason}") from exc
+    except ValueError as exc:  # an embedded NUL: no file can have that name
+        raise error(f"cannot read {what} {where!r}: {exc}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from .decide.limits import DecisionLimits
 from .decide.types import DecisionRequest, DecisionResult
+from .errors import ConfigError
 from .recall.quantize import Int8Product
 
 
@@ -73,6 +74,76 @@ class Generator(Protocol):
     async def generate_json(self, prompt: str, schema: Mapping[str, Any]) -> object:
         """The decoded JSON answer to ``prompt``; it should match ``schema``, unchecked."""
         ...
+
+
+# -- The check at the edge: a provider the caller passes in ---------------------------------
+
+#: What each seam needs of an object, as the engine uses it: (attributes, methods, where
+#: the usual ones come from). ``runtime_checkable``'s ``isinstance`` would not say what is
+#: missing, nor that a method is not callable.
+_NEEDS: dict[type, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    Embedder: (
+        ("identity", "dim", "max_batch"),
+        ("embed",),
+        "for the bundled model pass toolroute.providers.default_embedder() (or"
+        " MiniLMEmbedder()); HashingEmbedder() needs no model",
+    ),
+    Decider: (
+        ("name", "limits"),
+        ("decide",),
+        "build one with toolroute.providers.LocalDecider() or default_decider(<provider name>)",
+    ),
+    Generator: (
+        ("identity",),
+        ("generate_json",),
+        "build one with toolroute.providers.OpenAICompatibleGenerator(...) or"
+        " AnthropicGenerator(...)",
+    ),
+}
+
+
+def check_provider(value: object, argument: str, protocol: type) -> None:
+    """Refuse ``value`` for ``argument`` unless it is ``None`` or has what ``protocol``
+    (``Embedder``, ``Decider`` or ``Generator``) asks of it.
+
+    A caller's mistake is an error at the edge, never a provider failure found deep in the
+    engine (an ``AttributeError`` that would fail open).
+
+    Raises:
+        ConfigError: naming ``argument``, what was expected (and what is missing) and what
+            came; a string gets a hint at the call that builds the provider it names.
+    """
+    if value is None:
+        return
+    attributes, methods, usual = _NEEDS[protocol]
+    missing = [name for name in attributes if not hasattr(value, name)]
+    missing += [f"{name}()" for name in methods if not callable(getattr(value, name, None))]
+    if not missing:
+        return
+    kind = protocol.__name__
+    a_kind = f"{'an' if kind[0] in 'AEIOU' else 'a'} {kind}"
+    wanted = ", ".join([*attributes, *(f"{name}()" for name in methods)])
+    came = repr(value)
+    came = f"{came[:60]}…" if len(came) > 61 else came
+    message = f"{argument} must be {a_kind} (an object with {wanted}) or None,"
+    message += f" got {type(value).__name__} {came}"
+    if isinstance(value, str):
+        message += f"; a name is not {a_kind}: {_by_name(protocol, value)}"
+    else:
+        if len(missing) < len(attributes) + len(methods):
+            message += f" (it has no {', '.join(missing)})"
+        message += f"; {usual}"
+    raise ConfigError(message)
+
+
+def _by_name(protocol: type, name: str) -> str:
+    """The call that builds the provider a string names, for ``check_provider``'s error."""
+    if protocol is Decider:
+        local = " or LocalDecider()" if name.strip().lower() == "local" else ""
+        return f"use toolroute.providers.default_decider({name!r}){local}"
+    if protocol is Embedder and name.strip().lower() == "hashing":
+        return "use toolroute.providers.HashingEmbedder()"
+    return _NEEDS[protocol][2]
 
 
 @runtime_checkable

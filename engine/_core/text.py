@@ -1,6 +1,7 @@
 """Text shared by keyword search and dedup: tokenisation and the indexed text of a tool.
 
-Every text is cut to a bounded number of characters before any tokeniser sees it, so one
+Every text is cut to a bounded number of characters before any tokeniser sees it (and its lone
+surrogates, which no UTF-8 tokeniser accepts, become U+FFFD), so one
 pasted document costs a bounded amount of work (measured over every dataset in
 ``../shared/datasets`` with ``tests/bench/bench_load.py --bounds``):
 
@@ -39,6 +40,9 @@ MODEL_TEXT_CHARS = 4096
 KEYWORD_TEXT_CHARS = 16384
 # A cut inside a word drops the partial word, unless the word is longer than this.
 _WORD_TAIL = 64
+# Lone surrogates: what ``surrogateescape`` makes of undecodable bytes (argv, file names), or
+# JSON's "\udcff"; not Unicode scalar values, so UTF-8 tokenisers refuse the whole text.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 STOPWORDS = frozenset(
     """
@@ -52,20 +56,28 @@ STOPWORDS = frozenset(
 
 
 def bounded(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, without a partial last word.
+    """``text`` cut to at most ``limit`` characters, without a partial last word, with each
+    lone surrogate replaced by U+FFFD.
 
     A cut that falls inside a word drops that word (unless it is longer than 64 characters,
     as in a base64 blob), so a bounded text never ends in a fragment that reads as a
-    different word. Texts within the limit come back unchanged (the same object).
+    different word. Keyword search, the bundled embedders (and their fast tier) and the
+    tool texts any embedder is given (``embedding_text``) read their text through here, so
+    one undecodable character (``"caf\\udce9"`` from a ``surrogateescape``-decoded
+    argument, ``"\\udcff"`` in JSON) costs that character, not the request's semantic
+    search. Texts within the limit and without surrogates come back unchanged (the same
+    object).
     """
-    if len(text) <= limit:
+    if len(text) > limit:
+        cut = text[:limit]
+        if not text[limit].isspace():
+            space = max(cut.rfind(" ", limit - _WORD_TAIL), cut.rfind("\n", limit - _WORD_TAIL))
+            if space > 0:
+                cut = cut[:space]
+        text = cut
+    if text.isascii() or _SURROGATE.search(text) is None:
         return text
-    cut = text[:limit]
-    if not text[limit].isspace():
-        space = max(cut.rfind(" ", limit - _WORD_TAIL), cut.rfind("\n", limit - _WORD_TAIL))
-        if space > 0:
-            cut = cut[:space]
-    return cut
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def split_identifier(name: str) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import attrs
 import trio
@@ -27,11 +27,9 @@ from .._core.decide.types import (
 )
 from .._core.errors import DecisionError, DecisionErrorKind
 from .._core.outcome import Outcome
+from .._core.protocols import Decider, check_provider
 from .actor import Answered, DecisionActor
 from .shared import shared_actor
-
-if TYPE_CHECKING:
-    from .._core.protocols import Decider
 
 logger = logging.getLogger("toolroute.decisions")
 
@@ -40,14 +38,17 @@ DEFAULT_CONCURRENCY = 4
 
 
 def check_caller_state(request: DecisionRequest, provider: Decider) -> None:
-    """Refuse a state that is not JSON (NaN, ±inf, nested or not, a circular object).
+    """Refuse a provider that is not a ``Decider`` and a state that is not JSON (NaN,
+    ±inf, nested or not, a circular object).
 
-    It is the caller's mistake, so ``decide`` and ``try_decide`` alike raise it, before
+    Both are the caller's mistake, so ``decide`` and ``try_decide`` alike raise them, before
     any batch waits for admission; fail-open covers only the provider's faults.
 
     Raises:
+        ConfigError: ``provider`` is not a ``Decider`` (a provider's name, say).
         DecisionError: ``invalid_request``, saying what the state holds.
     """
+    check_provider(provider, "provider", Decider)
     check_state(request.state, vendor=str(getattr(provider, "vendor", provider.name)))
 
 
@@ -251,6 +252,7 @@ async def try_decide(
 
     Raises:
         ValueError: ``concurrency`` below 1.
+        ConfigError: ``provider`` is not a ``Decider`` (a provider's name, say).
         DecisionError: ``invalid_request`` for a state that is not JSON, as ``decide``.
     """
     if concurrency < 1:

@@ -10,7 +10,7 @@ judgement; anything that fails keeps every server.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import numpy as np
@@ -26,6 +26,7 @@ from .._core.decide.types import (
 )
 from .._core.errors import ConfigError
 from .._core.outcome import Outcome
+from .._core.protocols import Decider, Embedder, Generator, check_provider
 from .._core.recall.keyword import KeywordIndex
 from .._core.routing.usage import SimilarUses
 from .._core.text import tokenize
@@ -44,9 +45,6 @@ from .questions import routing_parts as routing_parts
 from .questions import routing_query as routing_query
 from .questions import routing_request as routing_request
 from .questions import server_question as server_question
-
-if TYPE_CHECKING:
-    from .._core.protocols import Decider, Embedder, Generator
 
 _DEFAULT = RoutingConfig()
 
@@ -242,8 +240,9 @@ async def route_servers(
         no router could judge.
 
     Raises:
-        ConfigError: malformed servers or messages, or ``always_include`` naming an
-            unknown server. Provider failures are never raised.
+        ConfigError: malformed servers or messages, ``always_include`` naming an
+            unknown server, or a ``decider``, ``generator`` or ``embedder`` that is not one
+            (a provider's name, say). Provider failures are never raised.
         RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).
 
     **Cancellation:** the whole call ends by ``config.deadline_s`` (``failed_open``,
@@ -258,6 +257,9 @@ async def route_servers(
     bad messages) is raised, never failed open.
     """
     require_trio("toolroute.route_servers", "toolroute.asyncio.route_servers")
+    check_provider(decider, "decider", Decider)
+    check_provider(generator, "generator", Generator)
+    check_provider(embedder, "embedder", Embedder)
     return await route_servers_via(
         None,
         query,

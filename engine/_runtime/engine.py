@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -20,7 +20,14 @@ from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
 from .._core.errors import ConfigError, EngineCrashed
 from .._core.events import FailOpen, new_query_key
-from .._core.protocols import BuildsFastTier, FastTierModel
+from .._core.protocols import (
+    BuildsFastTier,
+    Decider,
+    Embedder,
+    FastTierModel,
+    Generator,
+    check_provider,
+)
 from .._core.recall.index import RecallIndex
 from .._core.select.arguments import served_catalog
 from .._core.select.toolsets import ToolSet
@@ -43,9 +50,6 @@ from .steps import Steps, StepSelection
 from .supervisor import run_supervised
 from .tool_index import served_index
 from .workers import SHUTDOWN_GRACE_S, RunCpu, WorkerCalls, run_in_thread
-
-if TYPE_CHECKING:
-    from ..providers import Decider, Embedder, Generator
 
 __all__ = ["FROM_CONFIG", "Engine", "FromConfig", "StepSelection", "open_engine"]
 
@@ -95,9 +99,11 @@ async def open_engine(
 
     Raises:
         ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, ``config`` is not an
-            ``EngineConfig``, a tool set is malformed or names a tool not in ``catalog``,
+            ``EngineConfig``, ``embedder``, ``decider`` or ``generator`` is not an
+            ``Embedder``, ``Decider`` or ``Generator`` (a provider's name, say), a tool set is malformed or names a tool not in ``catalog``,
             ``embedding`` dedup is asked of a keyword-only engine, or the environment
-            configures a decision provider badly (an http base URL off loopback, say).
+            configures a decision provider badly (an http base URL off loopback, say, or
+            ``TOOLROUTE_DECISION_PROVIDER`` naming one whose variables are not set).
         RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).
         EngineCrashed: a service of the engine failed past its restart budget, or failed
             in a way it cannot recover from (``__cause__`` holds the group of failures).
@@ -120,6 +126,13 @@ async def open_engine(
         config = EngineConfig()
     elif not isinstance(config, EngineConfig):
         raise ConfigError(f"config must be an EngineConfig or None, got {type(config).__name__}")
+    for argument, value, protocol in (
+        ("embedder", embedder, Embedder),
+        ("decider", decider, Decider),
+        ("generator", generator, Generator),
+    ):
+        if value is not _DEFAULT:
+            check_provider(value, argument, protocol)
     tool_sets = checked_sets(tool_sets, catalog)
     if config.dedup.enabled and config.dedup.mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder; this engine has none')

@@ -32,7 +32,7 @@ from .._routing.pipeline import RoutingOutcome
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
 from .hub import Delivery, EventHub
-from .learning import Learning, learn_arguments, tool_id_arguments
+from .learning import Learning, forget_arguments, learn_arguments, tool_id_arguments
 from .recall import Recall
 from .request_context import open_request, stamped
 from .selector import FROM_CONFIG, FromConfig, SelectOptions, Selector
@@ -556,13 +556,21 @@ class Engine(metaclass=NoPublicConstructor):
         long as it carries them (change them with ``update``).
 
         Raises:
-            ConfigError: ``tool_ids`` is a bare string or holds something not a string.
+            ConfigError: ``tool_ids`` is a bare string, holds something not a string, or
+                names a tool that is neither in the catalogue nor has anything learned (a
+                tool since removed from the catalogue can still be forgotten), as ``learn``
+                refuses a tool it does not know.
 
         **Cancellation:** the caller's cancel scope cancels the wait; the removal may still
         happen.
         """
         self._check_open("forget")
-        ids = tool_id_arguments(tool_ids, "forget")
+        learning = self._learning
+        ids = forget_arguments(
+            tool_ids,
+            self._keeper.snapshot.source,
+            learning.has_evidence if learning is not None else lambda _tool_id: False,
+        )
         if self._learning is not None:
             with open_request("forget"):
                 await self._learning.forget(ids)

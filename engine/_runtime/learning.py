@@ -135,6 +135,10 @@ class Learning:
 
     # -- read by recall, on the event loop ---------------------------------------------------
 
+    def has_evidence(self, tool_id: str) -> bool:
+        """Whether the book holds evidence for ``tool_id`` (``forget`` checks its ids)."""
+        return tool_id in self._book
+
     def applied(self, index: RecallIndex) -> RecallIndex:
         """``index`` with the book's evidence (``index`` itself when there is none).
 
@@ -481,7 +485,7 @@ def learn_arguments(request: object, tool_ids: object, catalog: Catalog) -> tupl
         ConfigError: ``request`` is not a non-empty string, or ``tool_ids`` is a bare
             string, empty, or names a tool ``catalog`` does not have.
     """
-    if not query_text(request).strip():
+    if not query_text(request, "learn: request", "the request tool_ids served").strip():
         raise ConfigError("learn needs a non-empty request, got an empty string")
     ids = id_tuple(tool_ids, "tool_ids")  # type: ignore[arg-type]
     if not ids:
@@ -489,6 +493,25 @@ def learn_arguments(request: object, tool_ids: object, catalog: Catalog) -> tupl
     for tool_id in ids:
         if not isinstance(tool_id, str) or tool_id not in catalog:
             raise ConfigError(f"learn: no tool with id {tool_id!r} in the catalogue")
+    return ids
+
+
+def forget_arguments(
+    tool_ids: object, catalog: Catalog, learned: Callable[[str], bool]
+) -> tuple[str, ...] | None:
+    """``Engine.forget``'s tool ids (``None``: every tool), each in ``catalog`` (the
+    catalogue as given) or ``learned`` (evidence of a tool since removed can be forgotten).
+
+    Raises:
+        ConfigError: a bare string, an id that is not a string, or one neither in
+            ``catalog`` nor learned: a typo would otherwise forget nothing, silently.
+    """
+    ids = tool_id_arguments(tool_ids, "forget")
+    for tool_id in ids or ():
+        if tool_id not in catalog and not learned(tool_id):
+            raise ConfigError(
+                f"forget: no tool with id {tool_id!r} in the catalogue, and nothing learned for it"
+            )
     return ids
 
 

@@ -32,7 +32,10 @@ async def decide(request: DecisionRequest, *, provider: Decider | None = None) -
         missing from ``answers`` (and logged), never fatal.
 
     Raises:
-        DecisionError: and nothing else, with ``kind`` and ``retryable``. A request over
+        ConfigError: the caller's set-up, before anything is sent: ``provider`` is not a
+            ``Decider`` (a provider's name, say), or ``TOOLROUTE_DECISION_PROVIDER`` names a
+            provider that is unknown or lacks its settings.
+        DecisionError: anything else, with ``kind`` and ``retryable``. A request over
             the provider's caps, with a state that is not JSON (NaN, infinity), or with
             no provider configured is refused (``invalid_request`` or
             ``max_tokens_exceeded``) before any network call; a reply that cannot be
@@ -80,6 +83,7 @@ async def try_decide(
 
     Raises:
         ValueError: ``concurrency`` below 1 (the caller's mistake).
+        ConfigError: ``provider`` is not a ``Decider`` (a provider's name, say).
         DecisionError: ``invalid_request``, exactly as :func:`decide` raises it, when the
             state is not JSON (NaN, ±infinity, nested at any depth, or a circular object):
             that is the caller's mistake, refused before any batch is sent, never a

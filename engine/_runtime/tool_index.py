@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from .._core.catalog.catalog import Catalog
 from .._core.errors import ConfigError
-from .._core.protocols import Embedder, Int8Kernel
+from .._core.protocols import Embedder, Int8Kernel, check_provider
 from .._core.recall.index import Progress, RecallIndex, brief, checked_query_vectors, embed_into
 from .._core.recall.keyword import KeywordIndex
 from .._core.recall.learned import example_texts, grouped, learned_scores
@@ -100,7 +100,8 @@ class ToolIndex:
             word); ``False`` ranks requests as written.
 
     Raises:
-        ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, an unknown strategy,
+        ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, ``embedder`` is not
+            an ``Embedder`` (a name, say), an unknown strategy,
             ``semantic``/``combined`` without an embedder, or a ``cache`` of another type.
         ModelIntegrityError: the default model's files fail their checksum.
 
@@ -126,6 +127,8 @@ class ToolIndex:
         started = time.perf_counter()
         self._spelling = correct_spelling
         served_catalog(catalog)  # an index over no tools could never select one
+        if embedder is not _DEFAULT:
+            check_provider(embedder, "embedder", Embedder)
         self._cache = _open_cache(cache) if embedder is not None else None
         if embedder is _DEFAULT:
             from ..providers import default_embedder

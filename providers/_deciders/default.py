@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from ..._core.errors import ConfigError
 from .local import LocalDecider
 from .loop import HttpDecider
@@ -27,7 +29,23 @@ def _get(env: Env, name: str) -> str | None:
     return value or None
 
 
-def _typesafe(env: Env) -> HttpDecider | None:
+@attrs.frozen
+class _Recipe:
+    """How the environment builds one provider: ``build(env)``, ``None`` unless every
+    variable of ``needs`` is set (each entry: one variable, or alternatives)."""
+
+    build: Callable[[Env], HttpDecider | LocalDecider | None]
+    needs: tuple[tuple[str, ...], ...] = ()
+
+    def __call__(self, env: Env) -> HttpDecider | LocalDecider | None:
+        return self.build(env)
+
+    def unset(self, env: Env) -> list[str]:
+        """The needed variables ``env`` lacks (``A or B`` for alternatives)."""
+        return [" or ".join(alts) for alts in self.needs if not any(_get(env, a) for a in alts)]
+
+
+def _build_typesafe(env: Env) -> HttpDecider | None:
     direct, gateway = _get(env, "TYPESAFE_API_KEY"), _get(env, "AI_GATEWAY_API_KEY")
     if not (direct or gateway):
         return None
@@ -44,9 +62,12 @@ def _typesafe(env: Env) -> HttpDecider | None:
     )
 
 
+_typesafe = _Recipe(_build_typesafe, (("TYPESAFE_API_KEY", "AI_GATEWAY_API_KEY"),))
+
+
 def _from_env(
     cls: Callable[..., HttpDecider], required: Mapping[str, str], optional: Mapping[str, str]
-) -> Callable[[Env], HttpDecider | None]:
+) -> _Recipe:
     """A builder of ``cls`` from environment variables: ``{argument: variable}``; ``None``
     unless every required variable is set."""
 
@@ -56,7 +77,7 @@ def _from_env(
             return None
         return cls(**needed, **{arg: _get(env, var) for arg, var in optional.items()})
 
-    return build
+    return _Recipe(build, tuple((var,) for var in required.values()))
 
 
 _laya = _from_env(
@@ -93,7 +114,7 @@ _logprob = _from_env(
 #: Tried in this order when no provider is named. OpenAI Decisions, ScaleDown
 #: and the logprob decider are never picked implicitly: a plain OPENAI_API_KEY
 #: must not start paying for decisions nobody asked for.
-IMPLICIT: tuple[tuple[str, Callable[[Env], HttpDecider | None]], ...] = (
+IMPLICIT: tuple[tuple[str, _Recipe], ...] = (
     ("typesafe", _typesafe),
     ("laya", _laya),
     ("xor", _xor),
@@ -101,7 +122,7 @@ IMPLICIT: tuple[tuple[str, Callable[[Env], HttpDecider | None]], ...] = (
     ("cloudflare-clef", _clef),
 )
 #: Names (and aliases) accepted in ``TOOLROUTE_DECISION_PROVIDER`` or ``provider=``.
-EXPLICIT: dict[str, Callable[[Env], HttpDecider | LocalDecider | None]] = {
+EXPLICIT: dict[str, _Recipe] = {
     **dict(IMPLICIT),
     "jev": _typesafe,
     "typesafe-ai": _typesafe,
@@ -112,7 +133,7 @@ EXPLICIT: dict[str, Callable[[Env], HttpDecider | LocalDecider | None]] = {
     "scaledown": _scaledown,
     "logprob": _logprob,
     # Offline, no key: the bundled model, calibrated. Opt-in (see LocalDecider).
-    "local": lambda _env: LocalDecider(),
+    "local": _Recipe(lambda _env: LocalDecider()),
 }
 
 
@@ -132,11 +153,14 @@ def default_decider(
         env: variables to read instead of ``os.environ``.
 
     Returns:
-        A provider, or ``None`` when the named (or any) provider lacks its keys.
+        A provider, or ``None`` when no provider is named and none is configured (then
+        nothing is asked and every server is kept).
 
     Raises:
-        ConfigError: an unknown provider name, or a configured base URL that
-            breaks the URL rule.
+        ConfigError: an unknown provider name; a provider named (by ``provider`` or
+            ``TOOLROUTE_DECISION_PROVIDER``) whose variables are not set, naming them: a
+            provider asked for by name is never silently replaced by none; or a
+            configured base URL that breaks the URL rule.
     """
     env = os.environ if env is None else env
     name = provider or _get(env, "TOOLROUTE_DECISION_PROVIDER")
@@ -146,7 +170,14 @@ def default_decider(
             raise ConfigError(
                 f"unknown decision provider {name!r}; expected one of {', '.join(sorted(EXPLICIT))}"
             )
-        return build(env)
+        decider = build(env)
+        if decider is None:
+            source = "" if provider else " (from TOOLROUTE_DECISION_PROVIDER)"
+            unset = " and ".join(build.unset(env)) or "its settings"
+            raise ConfigError(
+                f"decision provider {name.strip()!r}{source} is not configured: set {unset}"
+            )
+        return decider
     for _name, build in IMPLICIT:
         decider = build(env)
         if decider is not None:

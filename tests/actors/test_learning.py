@@ -93,6 +93,12 @@ async def test_catalogue_examples_count_once_the_engine_is_ready_and_follow_upda
         ("open the books", [], "at least one tool id"),
         ("open the books", ["delta"], "no tool with id 'delta'"),
         (3, ["alpha"], "str"),
+        (
+            None,
+            ["alpha"],
+            r"^learn: request must be a string \(the request tool_ids served\), got NoneType None$",
+        ),
+        (["open the books"], ["alpha"], r"got list of 1 items$"),  # not "use prepare_step"
     ],
 )
 async def test_learn_refuses_a_callers_mistake(
@@ -106,6 +112,35 @@ async def test_learn_refuses_a_callers_mistake(
             await engine.learn(request_, tool_ids)  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="must be a list"):
             await engine.forget("alpha")
+
+
+async def test_forget_refuses_a_tool_it_knows_nothing_of_as_learn_does(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = embedder()
+    async with open_engine(
+        TOOLS, config=CONFIG, embedder=model, run_cpu=inline_cpu(model)
+    ) as engine:
+        await engine.ready()
+        says = r"^forget: no tool with id 'nosuch' in the catalogue, and nothing learned for it$"
+        with pytest.raises(ConfigError, match=says):
+            await engine.forget(["alpha", "nosuch"])
+        with pytest.raises(ConfigError, match="learn: no tool with id 'nosuch'"):
+            await engine.learn("open the books", ["nosuch"])
+        await engine.forget(["beta"])  # in the catalogue, nothing learned: nothing to do
+        # A tool removed from the catalogue keeps its evidence until it is forgotten by id.
+        assert await engine.learn("open the books", ["gamma"]) is True
+        await engine.update(remove=["gamma"])
+        await engine.forget(["gamma"])
+        with pytest.raises(ConfigError, match="no tool with id 'gamma'"):
+            await engine.forget(["gamma"])  # now forgotten: unknown
+
+
+async def test_a_keyword_only_engine_refuses_an_unknown_tool_to_forget() -> None:
+    async with open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+        await engine.forget(["alpha"])
+        with pytest.raises(ConfigError, match="forget: no tool with id 'nosuch'"):
+            await engine.forget(["nosuch"])
 
 
 async def test_a_failing_embedder_learns_nothing_and_says_why(

@@ -10,7 +10,7 @@ import pytest
 import trio
 from event_snapshot import skip_snapshot
 
-from toolroute import Catalog, ConfigError
+from toolroute import Catalog, ConfigError, decide, route_servers, try_decide
 from toolroute._core.config import EngineConfig, EventConfig
 from toolroute._core.decide.types import BooleanQuestion, DecisionRequest
 from toolroute._runtime.engine import open_engine
@@ -74,6 +74,51 @@ async def test_open_engine_refuses_a_config_that_is_not_an_engine_config(config:
     ):
         async with open_engine(TOOLS, config=config, embedder=None):
             pass  # pragma: no cover - never entered
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "says"),
+    [
+        ("embedder", 5, r"embedder must be an Embedder .* got int 5; .*default_embedder\(\)"),
+        ("embedder", "hashing", r"got str 'hashing'; .*HashingEmbedder\(\)"),
+        (
+            "decider",
+            "local",
+            r"decider must be a Decider \(an object with name, limits, decide\(\)\) or None,"
+            r" got str 'local'; .*default_decider\('local'\) or LocalDecider\(\)",
+        ),
+        ("decider", 5, r"decider must be a Decider .* got int 5; .*LocalDecider\(\)"),
+        (
+            "generator",
+            "x",
+            r"generator must be a Generator \(an object with identity, generate_json\(\)\)",
+        ),
+    ],
+)
+async def test_open_engine_refuses_a_provider_that_is_not_one(
+    argument: str, value: object, says: str
+) -> None:
+    """Refused at the edge: never an ``EngineCrashed`` from an ``AttributeError`` inside, a
+    routing that fails open, or a no-tool question silently never asked."""
+    with pytest.raises(ConfigError, match=says):
+        async with open_engine(TOOLS, config=CONFIG, **{argument: value}):
+            pass  # pragma: no cover - never entered
+
+
+@pytest.mark.parametrize("argument", ["decider", "generator", "embedder"])
+async def test_route_servers_refuses_a_provider_that_is_not_one(argument: str) -> None:
+    with pytest.raises(ConfigError, match=f"{argument} must be an? [A-Z][a-z]+ .* got str"):
+        await route_servers("weather", TOOLS, **{argument: "local"})
+
+
+async def test_decide_refuses_a_provider_that_is_not_a_decider() -> None:
+    request = DecisionRequest(state="s", questions={"q": BooleanQuestion("Is it?")})
+    for call in (decide, try_decide):
+        with pytest.raises(ConfigError, match=r"provider must be a Decider .* got str 'local'"):
+            await call(request, provider="local")  # type: ignore[arg-type]
+    async with open_engine(TOOLS, config=CONFIG, embedder=None, decider=None) as engine:
+        with pytest.raises(ConfigError, match=r"provider must be a Decider"):
+            await engine.try_decide(request, provider=5)  # type: ignore[arg-type]
 
 
 def test_a_decision_request_refuses_an_empty_model() -> None:

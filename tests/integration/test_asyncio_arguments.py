@@ -25,3 +25,15 @@ def test_subscribe_from_asyncio_refuses_a_buffer_below_one(buffer: int) -> None:
 
     asyncio.run(main())
     assert not toolroute_asyncio._hosts
+
+
+def test_open_engine_from_asyncio_refuses_a_decider_that_is_not_one() -> None:
+    async def main() -> None:
+        with pytest.raises(ConfigError, match=r"decider must be a Decider .* got str 'local'"):
+            async with toolroute_asyncio.open_engine(
+                TOOLS, config=EngineConfig(cache=False), embedder=None, decider="local"
+            ):
+                pass  # pragma: no cover - never entered
+
+    asyncio.run(main())
+    assert not toolroute_asyncio._hosts

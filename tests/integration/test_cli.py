@@ -236,6 +236,45 @@ def test_an_empty_catalogue_is_refused(
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "says"),
+    [
+        (
+            ["route", "--provider", "logprob", "x"],
+            {},
+            "decision provider 'logprob' is not configured: set TOOLROUTE_LOGPROB_BASE_URL and"
+            " TOOLROUTE_LOGPROB_MODEL",
+        ),
+        (
+            ["route", "x"],
+            {"TOOLROUTE_DECISION_PROVIDER": "openai-decisions"},
+            "decision provider 'openai-decisions' (from TOOLROUTE_DECISION_PROVIDER) is not"
+            " configured: set OPENAI_API_KEY",
+        ),
+    ],
+)
+def test_route_with_a_named_provider_not_configured_is_one_error_line(
+    argv: list[str],
+    env: dict[str, str],
+    says: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Not "decision provider: none configured (every server is kept)" and exit 0."""
+    for name in (
+        "TOOLROUTE_DECISION_PROVIDER",
+        "TOOLROUTE_LOGPROB_BASE_URL",
+        "TOOLROUTE_LOGPROB_MODEL",
+        "OPENAI_API_KEY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    assert one_error_line(capsys) == f"toolroute: error: {says}"
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e999"])
 def test_threshold_must_be_a_finite_number(
     value: str, tools_file: Path, capsys: pytest.CaptureFixture[str]

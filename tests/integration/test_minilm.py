@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolroute import EmbedderError, ModelIntegrityError
+from toolroute import (
+    Catalog,
+    EmbedderError,
+    EngineConfig,
+    ModelIntegrityError,
+    ToolIndex,
+    open_engine,
+)
 from toolroute._core.text import MODEL_TEXT_CHARS, bounded
 from toolroute.providers import Embedder
 from toolroute.providers._embedders import minilm as _minilm
@@ -215,6 +222,51 @@ def test_the_character_bound_changes_nothing_the_model_reads_on_any_dataset() ->
     cut = tokenizer.encode_batch([bounded(t, MODEL_TEXT_CHARS) for t in texts])
     changed = [t[:80] for t, a, b in zip(texts, whole, cut, strict=True) if a.ids != b.ids]
     assert changed == []
+
+
+def test_lone_surrogates_embed_as_replacement_characters(emb: MiniLMEmbedder) -> None:
+    """What ``surrogateescape`` makes of a Latin-1 argument, or JSON's ``"\\udcff"``: once a
+    ``TypeError`` from the tokenizer that switched semantic search off for the request."""
+    texts = ["caf\udce9 weather forecast", "\udcff\udcfe", "\udcff weather"]
+    out = emb.embed(texts)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    replaced = [t.replace("\udce9", "\ufffd").replace("\udcff", "\ufffd") for t in texts]
+    np.testing.assert_array_equal(out, emb.embed([r.replace("\udcfe", "\ufffd") for r in replaced]))
+    assert emb.token_counts(texts) == emb.token_counts([bounded(t, 100) for t in texts])
+
+
+def test_a_query_with_lone_surrogates_is_ranked_with_embeddings(emb: MiniLMEmbedder) -> None:
+    tools = Catalog.from_plain(
+        [
+            {"name": "get_forecast", "description": "Weather forecast for a city"},
+            {"name": "send_email", "description": "Send an email message to a person"},
+            {"name": "read_file", "description": "Read a file from disk \udcff"},
+        ]
+    )
+    index = ToolIndex(tools, embedder=emb, cache=None)
+    assert index.degraded_reason == ""  # a tool text with one embeds too
+    query = b"caf\xe9 weather forecast".decode("utf-8", "surrogateescape")
+    selection = index.select(query)
+    assert selection.outcome == "applied", selection.reason
+    assert selection.tool_ids[0] == "get_forecast"
+    only = index.select("\udcff\udcfe")  # nothing else to read: still ranked, not nothing
+    assert only.outcome == "applied", only.reason
+    assert only.tool_ids
+
+
+async def test_the_engine_ranks_a_query_with_lone_surrogates(emb: MiniLMEmbedder) -> None:
+    tools = Catalog.from_plain(
+        [
+            {"name": "get_forecast", "description": "Weather forecast for a city"},
+            {"name": "send_email", "description": "Send an email message to a person"},
+        ]
+    )
+    config = EngineConfig(cache=False)
+    async with open_engine(tools, config=config, embedder=emb, decider=None) as engine:
+        await engine.ready()
+        selection = await engine.select("\udcff weather forecast")
+    assert selection.outcome == "applied", selection.reason
+    assert selection.tool_ids[0] == "get_forecast"
 
 
 def test_a_2mb_text_embeds_as_its_bounded_prefix(emb: MiniLMEmbedder) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from toolroute import ConfigError
 from toolroute.providers import (
     LogprobDecider,
     OpenAIDecisionsDecider,
@@ -31,12 +34,10 @@ def test_default_decider_builds_them_by_name() -> None:
     )
     assert isinstance(chosen, OpenAIDecisionsDecider)
     assert chosen.model == "luna-mini"
-    assert default_decider("openai-decisions", env={}) is None
     via_env = default_decider(
         env={"TOOLROUTE_DECISION_PROVIDER": "scaledown", "SCALEDOWN_API_KEY": "sd"}
     )
     assert isinstance(via_env, ScaleDownDecider)
-    assert default_decider("scaledown", env={"SCALEDOWN_API_KEY": " "}) is None
     local = default_decider(
         "logprob",
         env={
@@ -46,7 +47,47 @@ def test_default_decider_builds_them_by_name() -> None:
     )
     assert isinstance(local, LogprobDecider)
     assert local.model == "m"
-    assert default_decider("logprob", env={"TOOLROUTE_LOGPROB_MODEL": "m"}) is None
-    assert (
-        default_decider("logprob", env={"TOOLROUTE_LOGPROB_BASE_URL": "http://localhost"}) is None
-    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "env", "says"),
+    [
+        ("openai-decisions", {}, "'openai-decisions' is not configured: set OPENAI_API_KEY$"),
+        ("scaledown", {"SCALEDOWN_API_KEY": " "}, "set SCALEDOWN_API_KEY$"),  # blank: unset
+        (
+            "logprob",
+            {},
+            "'logprob' is not configured: set TOOLROUTE_LOGPROB_BASE_URL and"
+            " TOOLROUTE_LOGPROB_MODEL$",
+        ),
+        ("logprob", {"TOOLROUTE_LOGPROB_MODEL": "m"}, "set TOOLROUTE_LOGPROB_BASE_URL$"),
+        (
+            "logprob",
+            {"TOOLROUTE_LOGPROB_BASE_URL": "http://localhost"},
+            "set TOOLROUTE_LOGPROB_MODEL$",
+        ),
+        (
+            "Typesafe",
+            {},
+            "'Typesafe' is not configured: set TYPESAFE_API_KEY or AI_GATEWAY_API_KEY$",
+        ),
+        ("laya", {"LAYA_API_KEY": "k"}, "set LAYA_BASE_URL$"),
+        (
+            None,
+            {"TOOLROUTE_DECISION_PROVIDER": "openai-decisions"},
+            r"'openai-decisions' \(from TOOLROUTE_DECISION_PROVIDER\) is not configured: set"
+            " OPENAI_API_KEY$",
+        ),
+    ],
+)
+def test_a_provider_named_without_its_settings_is_an_error_naming_them(
+    provider: str | None, env: dict[str, str], says: str
+) -> None:
+    """Asked for by name, a provider is never silently replaced by none (every server kept)."""
+    with pytest.raises(ConfigError, match=says):
+        default_decider(provider, env=env)
+
+
+def test_with_no_provider_named_nothing_configured_is_none() -> None:
+    assert default_decider(env={}) is None
+    assert default_decider(env={"TOOLROUTE_DECISION_PROVIDER": " ", "LAYA_API_KEY": "k"}) is None

@@ -62,6 +62,28 @@ def forecast(
     return ""
 
 
+def météo(city: str) -> str:
+    """Weather in French."""
+    return city
+
+
+@pytest.mark.parametrize(
+    ("function", "name"),
+    [(lambda city: city, "'<lambda>'"), (météo, "'météo'")],
+)
+def test_a_function_whose_name_is_not_a_tool_name_is_refused(function: Any, name: str) -> None:
+    """Not a tool with the id ``<lambda>`` that every tool-calling API refuses."""
+    with pytest.raises(
+        CatalogError,
+        match=rf"^tool 1: a function named {name} cannot be a tool: .* 1 to 64 letters, digits,"
+        r" '_' and '-'; define it with def under the tool's name, or name it first"
+        r" \(fn\.__name__ = 'get_weather'\)$",
+    ):
+        Catalog.from_tools([forecast, function])
+    function.__name__ = "named_now"
+    assert Catalog.from_tools([function]).tools[0].id == "named_now"
+
+
 def test_a_function_becomes_a_tool_with_a_json_schema() -> None:
     (tool,) = Catalog.from_tools([forecast]).tools
     assert tool.name == tool.id == "forecast"

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolroute import Catalog, ConfigError, Policy, ToolIndex
+from toolroute import Catalog, ConfigError, Policy, ToolIndex, dedupe_tools
+from toolroute.providers import HashingEmbedder
 
 TOOLS = Catalog.from_plain(
     [
@@ -73,6 +74,30 @@ def test_a_catalog_of_the_wrong_type_names_the_readers() -> None:
         ConfigError, match=r"catalog must be a Catalog.*Catalog\.from_tools.*got list"
     ):
         ToolIndex([{"name": "x"}], embedder=None, cache=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("embedder", "says"),
+    [
+        ("hashing", r"got str 'hashing'; a name is not an Embedder: use .*HashingEmbedder\(\)"),
+        ("minilm", r"got str 'minilm'.*pass toolroute\.providers\.default_embedder\(\)"),
+        (5, r"got int 5; for the bundled model pass .*default_embedder\(\)"),
+        (HashingEmbedder, r"got type .*\(it has no identity, dim\)"),  # the class, not one
+    ],
+)
+def test_an_embedder_that_is_not_one_is_refused_at_once(embedder: object, says: str) -> None:
+    """Not indexed keyword-only with a reason from deep inside (``'str' object has no
+    attribute 'dim'``): the caller's mistake, named."""
+    expected = r"embedder must be an Embedder \(an object with identity, dim, max_batch, embed\(\)\)"
+    with pytest.raises(ConfigError, match=expected + r" or None, " + says):
+        ToolIndex(TOOLS, embedder=embedder, cache=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=expected):
+        dedupe_tools(TOOLS, mode="embedding", embedder=embedder)  # type: ignore[arg-type]
+
+
+def test_an_object_with_what_an_embedder_needs_is_one() -> None:
+    index = ToolIndex(TOOLS, embedder=HashingEmbedder(), cache=None)
+    assert index.select("weather forecast").outcome == "applied"
 
 
 @given(

@@ -497,6 +497,24 @@ def test_missing_file_names_the_path(tmp_path: Path) -> None:
         Catalog.from_file(path)
 
 
+@pytest.mark.parametrize(
+    ("path", "came"),
+    [(None, "NoneType None"), (3, "int 3"), (b"tools.json", "bytes b'tools.json'")],
+)
+def test_a_path_that_is_not_one_is_a_catalog_error(path: object, came: str) -> None:
+    """Not a raw ``TypeError`` from ``os.fspath``, nor file descriptor 3 opened as a file."""
+    says = r"tool file path must be a str or an os\.PathLike \(a pathlib\.Path, say\), got "
+    with pytest.raises(CatalogError, match=f"^{says}{came}$"):
+        Catalog.from_file(path)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^queries file path must be a str"):
+        load_queries(path)  # type: ignore[arg-type]
+
+
+def test_a_path_with_a_nul_is_a_catalog_error() -> None:
+    with pytest.raises(CatalogError, match="cannot read tool file 'a\\\\x00b': embedded null"):
+        Catalog.from_file("a\x00b")
+
+
 def test_unknown_format_lists_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(CatalogError, match=r"unknown tool format 'yaml'.*openai.*plain"):
         Catalog.from_data([], format="yaml")

@@ -283,6 +283,17 @@ def test_bounded_cuts_a_word_longer_than_the_tail_where_it_falls() -> None:
     assert bounded(blob, 100) == "x" * 100
 
 
+def test_bounded_replaces_lone_surrogates_which_no_tokeniser_accepts() -> None:
+    argv = b"caf\xe9 forecast".decode("utf-8", "surrogateescape")  # "caf\udce9 forecast"
+    assert bounded(argv, 100) == "caf\ufffd forecast"
+    assert bounded("\udcff weather \ud800", 100) == "\ufffd weather \ufffd"
+    assert bounded("\udcff" * 10, 4) == "\ufffd" * 4  # cut, then replaced
+    bounded(argv, 100).encode("utf-8")  # valid text now
+    text = "café ☀ 天气 😀"  # valid non-ASCII (a pair, not a lone surrogate) stays itself
+    assert bounded(text, 100) is text
+    assert tokenize("\udcff weather") == tokenize("weather")
+
+
 def test_tokenize_reads_only_the_bounded_prefix() -> None:
     filler = "weather " * (KEYWORD_TEXT_CHARS // 8)
     assert "weather" in tokenize(filler + "zebra")

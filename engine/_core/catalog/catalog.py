@@ -100,7 +100,8 @@ class Catalog:
         (``[{name, description, parameters}]`` or ``{name: {description, inputSchema}}``).
 
         Raises:
-            CatalogError: the file is missing, is not JSON, or holds a malformed tool.
+            CatalogError: ``path`` is not a path (``None``, say), or the file is missing, is
+                not JSON, or holds a malformed tool.
         """
         data = files.read_json(path, what="tool file", error=CatalogError)
         try:
@@ -160,7 +161,8 @@ class Catalog:
 
         Raises:
             CatalogError: an object of no known shape (naming its index and type), a
-                malformed definition, or two tools sharing an id.
+                malformed definition, a function whose name is not a tool name (a lambda:
+                define it with ``def``, or set its ``__name__``), or two tools sharing an id.
         """
         return cls(framework_tools.read_tools(tools, server=server))
 

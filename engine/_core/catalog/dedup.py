@@ -23,18 +23,16 @@ import re
 import types
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import CatalogError, ConfigError
+from ..protocols import Embedder, check_provider
 from ..text import embedding_text
 from .catalog import Catalog, Tool
-
-if TYPE_CHECKING:
-    from ..protocols import Embedder
 
 __all__ = ["DedupResult", "Removed", "dedupe_tools", "signature", "signature_tokens"]
 
@@ -156,7 +154,8 @@ def dedupe_tools(
         objects as a tuple.
 
     Raises:
-        ConfigError: an unknown ``mode``, or ``"embedding"`` without an embedder.
+        ConfigError: an unknown ``mode``, ``"embedding"`` without an embedder, or an
+            ``embedder`` that is not an ``Embedder``.
         CatalogError: ``tools`` is not a collection of tools, mixes ``Tool`` objects with other
             entries, or holds a definition the catalogue readers refuse (the message names its
             index and field). Raised whether or not dedup is enabled.
@@ -171,6 +170,7 @@ def dedupe_tools(
         raise ConfigError(f"dedup mode must be one of {MODES}, got {mode!r}")
     if mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder')
+    check_provider(embedder, "embedder", Embedder)
     read = _read_tools(tools)
     if not enabled:
         return DedupResult(tools=read)

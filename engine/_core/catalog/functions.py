@@ -17,6 +17,7 @@ import datetime
 import enum
 import inspect
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -31,6 +32,8 @@ from .tool import Tool
 CONTEXT_TYPES = frozenset({"RunContext", "RunContextWrapper", "ToolContext"})
 #: How deep nested types are followed (a self-referencing dataclass stops here).
 MAX_DEPTH = 6
+#: A name the tool-calling APIs accept (OpenAI's and Anthropic's rule for function names).
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 _SCALARS: dict[type, dict[str, Any]] = {
     bool: {"type": "boolean"},
@@ -65,9 +68,17 @@ def function_tool(index: int, function: Callable[..., Any], server: str | None =
     """The tool a function describes: its name, docstring summary and parameters.
 
     Raises:
-        CatalogError: its signature cannot be read (a builtin without one).
+        CatalogError: its name is not one a tool-calling API accepts (a lambda's
+            ``<lambda>``), or its signature cannot be read (a builtin without one).
     """
     name = getattr(function, "__name__", "")
+    if not isinstance(name, str) or TOOL_NAME.fullmatch(name) is None:
+        raise CatalogError(
+            f"tool {index}: a function named {name!r} cannot be a tool: the model calls a tool"
+            " by its name, and tool-calling APIs accept only names of 1 to 64 letters, digits,"
+            " '_' and '-'; define it with def under the tool's name, or name it first"
+            " (fn.__name__ = 'get_weather')"
+        )
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError) as exc:

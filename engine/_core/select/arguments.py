@@ -14,16 +14,21 @@ _READERS = (
 )
 
 
-def query_text(value: object, argument: str = "query") -> str:
+_SELECT = "the request to select tools for"
+
+
+def query_text(value: object, argument: str = "query", meaning: str = _SELECT) -> str:
     """``value`` when it is a string.
 
     Raises:
-        ConfigError: it is not; the message names ``argument`` and what came.
+        ConfigError: it is not; the message names ``argument``, what it is for (``meaning``)
+            and what came.
     """
     if not isinstance(value, str):
+        conversation = isinstance(value, list) and meaning == _SELECT
         raise ConfigError(
-            f"{argument} must be a string (the request to select tools for), got {shape(value)}"
-            + ("; for a conversation use prepare_step" if isinstance(value, list) else "")
+            f"{argument} must be a string ({meaning}), got {shape(value)}"
+            + ("; for a conversation use prepare_step" if conversation else "")
         )
     return value
 

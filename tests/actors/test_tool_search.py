@@ -107,6 +107,7 @@ class FailingEngine:
 @pytest.mark.parametrize("vendor", ["anthropic", "openai"])
 async def test_answers_name_the_tools_select_ranks_best_first(vendor: str) -> None:
     async with open_engine(DEMO, config=KEYWORD, embedder=HashingEmbedder()) as engine:
+        await engine.ready()  # both rankings from the same index, not one from warm-up's
         search = ToolSearch(engine, vendor, host_tools(vendor, DEMO), k=4)
         for query in QUERIES:
             selection = await engine.select(

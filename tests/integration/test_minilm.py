@@ -261,7 +261,8 @@ async def test_the_engine_ranks_a_query_with_lone_surrogates(emb: MiniLMEmbedder
             {"name": "send_email", "description": "Send an email message to a person"},
         ]
     )
-    config = EngineConfig(cache=False)
+    # A deadline a loaded machine always meets: this is about the text, not the time.
+    config = EngineConfig.from_mapping({"cache": False, "deadlines": {"embed_s": 60}})
     async with open_engine(tools, config=config, embedder=emb, decider=None) as engine:
         await engine.ready()
         selection = await engine.select("\udcff weather forecast")

@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import trio
@@ -65,6 +66,7 @@ class Data:
 
     def __init__(self, root: Path, name: str, cache: EmbeddingCache, embedder: object) -> None:
         self.name = name
+        self.embedder = embedder
         self.catalog = Catalog.from_file(root / name / "tools.json")
         self.queries: list[Query] = [
             q for q in load_queries(root / name / "queries.json") if q.groups
@@ -216,15 +218,20 @@ def sweep(datasets: list[Data]) -> None:
 
 class VectorsOf:
     """An embedder answering from the vectors the benchmark already computed (the same
-    model's), so the agent log measures learning, not the model's speed."""
+    model's), so the agent log measures learning, not the model's speed; a text it has no
+    vector for (a request as recall reads it, misspellings corrected) the model embeds."""
 
     def __init__(self, data: Data, identity: str) -> None:
         self.memo = {q.text: data.query_vectors[i] for i, q in enumerate(data.queries)}
         texts = RecallIndex.build(data.catalog).embedding_texts()
         self.memo.update(zip(texts, data.tool_vectors, strict=True))
         self.identity, self.dim, self.max_batch = identity, data.tool_vectors.shape[1], 64
+        self.model: Any = data.embedder
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.memo))
+        if missing:
+            self.memo.update(zip(missing, self.model.embed(missing), strict=True))
         return np.stack([self.memo[t] for t in texts]).astype(np.float32)
 
 
@@ -232,7 +239,13 @@ async def agent_log(data: Data, identity: str) -> list[tuple[int, float]]:
     """Test hit@5 through ``Engine.select`` after the first n dev requests went through
     ``Engine.learn`` (each with its gold tools)."""
     config = EngineConfig.from_mapping(
-        {"cache": False, "selection": {"adaptive": False}, "load": {"fast_tier": False}}
+        {
+            "cache": False,
+            "selection": {"adaptive": False},
+            "load": {"fast_tier": False},
+            # a request the model embeds (misspellings corrected) may take its time here
+            "deadlines": {"embed_s": 60},
+        }
     )
     points = []
     async with open_engine(

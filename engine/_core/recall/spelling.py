@@ -8,15 +8,15 @@ English words of the bundled model's vocabulary) holds it, and it is corrected w
 edit (a letter dropped, added, changed, or two swapped) turns it into a word of the
 catalogue — the one most tools use when several do. The keyword index is the catalogue's
 vocabulary (words as the tokeniser folds them: "forecasts" is "forecast"), so correction
-costs nothing to build, and a lookup is one set intersection. Everything else is left as written: short
-words (under ``MIN_LETTERS``), acronyms and identifiers (``AAPL``, ``getWeather``), words
-of other scripts, and words no single edit brings to the catalogue.
+costs nothing to build, and a lookup is one set intersection. Everything else is left as
+written: short words (under ``MIN_LETTERS``), acronyms and identifiers (``AAPL``,
+``getWeather``), words of other scripts, and words no single edit brings to the catalogue.
 
-Measured on the dev splits with a quarter of the words of four letters or more mistyped
-(``tests/bench/bench_spelling.py``): hit@5 is lifted nearly back to the clean requests', and
-clean requests are unchanged within noise. The work is bounded: words past
-``KEYWORD_TEXT_CHARS`` are not looked at, and at most ``MAX_LOOKUPS`` unknown words per
-request are looked up.
+Measured with a quarter of the words of four letters or more mistyped
+(``tests/bench/bench_spelling.py``): hit@5 gets back about half of what the typos cost on
+the test splits, and requests as written are unchanged within noise. The work is bounded:
+words past ``KEYWORD_TEXT_CHARS`` are not looked at, and at most ``MAX_LOOKUPS`` unknown
+words per request are looked up.
 """
 
 from __future__ import annotations

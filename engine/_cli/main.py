@@ -236,10 +236,13 @@ def _run_select(args: argparse.Namespace) -> int:
             adaptive=not args.no_adaptive,
             explain=explain,
         )
+        # What recall read, when misspellings were corrected (``ToolIndex`` corrects them).
+        read = index.recall.spelled(query)
         if args.json:
-            print(json.dumps({"query": query, **_selection_json(selection)}, ensure_ascii=False))
+            said = {"query": query, **({"read_as": read} if read != query else {})}
+            print(json.dumps({**said, **_selection_json(selection)}, ensure_ascii=False))
         else:
-            _print_selection(query, selection, index.catalog)
+            _print_selection(query, selection, index.catalog, read)
     return 0
 
 
@@ -252,11 +255,14 @@ def _selection_json(selection: Selection) -> dict[str, Any]:
     return data
 
 
-def _print_selection(query: str, selection: Selection, catalog: Catalog) -> None:
+def _print_selection(query: str, selection: Selection, catalog: Catalog, read: str) -> None:
+    """One selection as text; ``read`` is the request as recall read it."""
     status = (
         "" if selection.outcome == "applied" else f"  [{selection.outcome}: {selection.reason}]"
     )
     print(f"{query}\n  {selection.strategy}, {selection.latency_ms:.1f} ms{status}")
+    if read != query:
+        print(f"  read as: {read}")
     for rank, (tool_id, score, source) in enumerate(
         zip(selection.tool_ids, selection.scores, selection.sources, strict=True), 1
     ):
@@ -387,7 +393,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     found = total = 0
     for item in requests:
         selection = index.select(item["query"])
-        _print_selection(item["query"], selection, catalog)
+        _print_selection(item["query"], selection, catalog, index.recall.spelled(item["query"]))
         wanted = [_tool_id(catalog, server, name) for server, name in item.get("expected", [])]
         hits = [w for w in wanted if w in selection.tool_ids]
         found += len(hits)

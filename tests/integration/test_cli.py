@@ -742,3 +742,23 @@ def test_the_select_examples_of_the_docs_print_as_shown(
         assert [latency.sub("ms", line) for line in printed] == [
             latency.sub("ms", line) for line in shown
         ]
+
+
+def test_select_says_how_it_read_a_misspelled_request(
+    capsys: pytest.CaptureFixture[str], tools_file: Path
+) -> None:
+    argv = ["select", "--tools", str(tools_file), "--embedder", "none", "--max-tools", "1"]
+    assert main([*argv, "wether forcast", "weather forecast"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [
+        "wether forcast",
+        "  keyword, " + out[1].split(", ")[1],
+        "  read as: weather forecast",
+        out[3],
+    ]
+    assert "get_weather" in out[3]
+    assert sum(line.startswith("  read as:") for line in out) == 1  # not for the second
+    assert main([*argv, "--json", "wether forcast", "weather"]) == 0
+    first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert (first["read_as"], first["tool_ids"]) == ("weather forecast", ["get_weather"])
+    assert "read_as" not in second

@@ -64,6 +64,13 @@ def test_what_is_not_a_typo_of_a_catalogue_word_is_left_as_written(written: str)
     assert spelled(written) is written
 
 
+def test_informal_words_are_not_read_as_other_words() -> None:
+    chat = spelling("post a chat message", "count the tics", "ace of spades")
+    assert chat("whats new") == "whats new"  # "what" with an s: English, not "chats"
+    assert chat("my pics") == "my pics"  # folded to three letters: too short to tell
+    assert chat("acme corp") == "acme corp"  # never read as a shorter word ("ace")
+
+
 def test_the_word_most_tools_use_wins_a_tie() -> None:
     assert spelling("cart", "cart", "card")("carx") == "cart"
     assert spelling("cart", "card", "card")("carx") == "card"

@@ -63,10 +63,15 @@ def corrected(request: str, keywords: KeywordIndex) -> str:
         # The word as the index folds it: "resturants" is looked up as "resturant", and
         # its correction gets the "s" back.
         folded = stem(lower)
-        if lower in known_words() or folded in keywords.vocabulary or lookups >= MAX_LOOKUPS:
+        if (
+            len(folded) < MIN_LETTERS
+            or {lower, folded} & known_words()  # "whats" is "what", an English word
+            or folded in keywords.vocabulary
+            or lookups >= MAX_LOOKUPS
+        ):
             return word
         lookups += 1
-        found = keywords.vocabulary.keys() & _one_edit(folded)
+        found = {w for w in keywords.vocabulary.keys() & _one_edit(folded) if len(w) >= MIN_LETTERS}
         if not found:
             return word
         best = max(found, key=lambda w: (keywords.document_frequency(w), w))

@@ -9,8 +9,10 @@ edit (a letter dropped, added, changed, or two swapped) turns it into a word of 
 catalogue — the one most tools use when several do. The keyword index is the catalogue's
 vocabulary (words as the tokeniser folds them: "forecasts" is "forecast"), so correction
 costs nothing to build, and a lookup is one set intersection. Everything else is left as
-written: short words (under ``MIN_LETTERS``), acronyms and identifiers (``AAPL``,
-``getWeather``), words of other scripts, and words no single edit brings to the catalogue.
+written: short words (under ``MIN_LETTERS``, as written or folded), acronyms and identifiers
+(``AAPL``, ``getWeather``), words of other scripts, informal forms of English words ("whats"
+folds to "what"), and words no single edit brings to a catalogue word of ``MIN_LETTERS`` or
+more.
 
 Measured with a quarter of the words of four letters or more mistyped
 (``tests/bench/bench_spelling.py``): hit@5 gets back about half of what the typos cost on

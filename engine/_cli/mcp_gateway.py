@@ -121,14 +121,10 @@ async def _until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
 def _one_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The mistake inside ``group`` when every failure in it is a ``ToolrouteError`` (said in
     one line); otherwise the group itself."""
-    leaves = []
-    pending: list[BaseException] = [group]
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        else:
-            leaves.append(exc)
-    if leaves and all(isinstance(exc, ToolrouteError) for exc in leaves):
-        return leaves[0]
-    return group
+    mistakes, others = group.split(ToolrouteError)
+    if mistakes is None or others is not None:
+        return group
+    first: BaseException = mistakes
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first

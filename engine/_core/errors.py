@@ -91,3 +91,12 @@ class DecisionError(ProviderError):
 
 class EngineCrashed(ToolrouteError):
     """A runtime service kept crashing past its restart budget; the engine has stopped."""
+
+
+def given(value: object, chars: int = 60) -> str:
+    """What came, for the message of a caller's mistake about an argument (a path, a
+    provider): its type and its ``repr``, cut to ``chars``. Never for request text."""
+    shown = repr(value)
+    if len(shown) > chars + 1:
+        shown = f"{shown[:chars]}…"
+    return f"{type(value).__name__} {shown}"

@@ -12,7 +12,7 @@ import json
 import os
 import stat
 
-from .errors import ToolrouteError
+from .errors import ToolrouteError, given
 
 
 class NotAFile(OSError):
@@ -46,13 +46,10 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
             descriptor), or the file cannot be read, is not UTF-8 or is not JSON; the message
             names the file and says why.
     """
-    given: object = path  # the caller's value, whatever its annotation says
-    if not isinstance(given, str | os.PathLike):
-        came = repr(given)
-        came = f"{came[:60]}…" if len(came) > 61 else came
+    value: object = path  # the caller's value, whatever its annotation says
+    if not isinstance(value, str | os.PathLike):
         raise error(
-            f"{what} path must be a str or an os.PathLike (a pathlib.Path, say), got"
-            f" {type(given).__name__} {came}"
+            f"{what} path must be a str or an os.PathLike (a pathlib.Path, say), got {given(value)}"
         )
     where = os.fspath(path)
     try:

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from .decide.limits import DecisionLimits
 from .decide.types import DecisionRequest, DecisionResult
-from .errors import ConfigError
+from .errors import ConfigError, given
 from .recall.quantize import Int8Product
 
 
@@ -123,10 +123,8 @@ def check_provider(value: object, argument: str, protocol: type) -> None:
     kind = protocol.__name__
     a_kind = f"{'an' if kind[0] in 'AEIOU' else 'a'} {kind}"
     wanted = ", ".join([*attributes, *(f"{name}()" for name in methods)])
-    came = repr(value)
-    came = f"{came[:60]}…" if len(came) > 61 else came
     message = f"{argument} must be {a_kind} (an object with {wanted}) or None,"
-    message += f" got {type(value).__name__} {came}"
+    message += f" got {given(value)}"
     if isinstance(value, str):
         message += f"; a name is not {a_kind}: {_by_name(protocol, value)}"
     else:

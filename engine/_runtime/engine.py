@@ -100,8 +100,8 @@ async def open_engine(
     Raises:
         ConfigError: ``catalog`` is not a ``Catalog`` or holds no tools, ``config`` is not an
             ``EngineConfig``, ``embedder``, ``decider`` or ``generator`` is not an
-            ``Embedder``, ``Decider`` or ``Generator`` (a provider's name, say), a tool set is malformed or names a tool not in ``catalog``,
-            ``embedding`` dedup is asked of a keyword-only engine, or the environment
+            ``Embedder``, ``Decider`` or ``Generator`` (a provider's name, say), a tool set
+            is malformed or names a tool not in ``catalog``, ``embedding`` dedup is asked of a keyword-only engine, or the environment
             configures a decision provider badly (an http base URL off loopback, say, or
             ``TOOLROUTE_DECISION_PROVIDER`` naming one whose variables are not set).
         RuntimeError: called outside trio (under asyncio, use ``toolroute.asyncio``).

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import mcp_types as types
 
-from .._core.catalog.catalog import Catalog
+from .._core.catalog.catalog import Catalog, Tool
 
 SEARCH = "search_tools"
 CALL = "call_tool"
@@ -58,6 +58,7 @@ CALL_TOOL = types.Tool(
     },
 )
 OWN_TOOLS = (SEARCH_TOOL, CALL_TOOL)
+OWN_NAMES = frozenset(tool.name for tool in OWN_TOOLS)
 
 
 @attrs.define
@@ -140,7 +141,7 @@ def search_reply(
     parameters, and how to call them."""
     tools = [
         {
-            "name": tool_id,
+            "name": client_name(served[tool_id]),
             "description": served[tool_id].description,
             "input_schema": dict(served[tool_id].parameters),
         }
@@ -168,9 +169,27 @@ def error_result(message: str) -> types.CallToolResult:
     )
 
 
-def listed_tool(tool_id: str, definition: types.Tool) -> types.Tool:
-    """An upstream tool as the gateway lists it: the server's definition under the id
-    the gateway routes by (``server__name`` when the name is on several servers)."""
-    if definition.name == tool_id:
+def client_name(tool: Tool) -> str:
+    """The name clients see for an upstream tool: its id (``server__name`` when the name is
+    on several servers), or ``server__name`` when its id is one of the gateway's own tools'
+    names (an upstream ``search_tools`` never shadows the gateway's)."""
+    if tool.id in OWN_NAMES and tool.server:
+        return f"{tool.server}__{tool.name}"
+    return tool.id
+
+
+def catalogue_id(name: str, catalog: Catalog) -> str:
+    """The catalogue id of the upstream tool clients call ``name`` (``client_name``'s inverse;
+    any other name is taken as an id)."""
+    for tool_id in OWN_NAMES:
+        if tool_id in catalog and client_name(catalog[tool_id]) == name:
+            return tool_id
+    return name
+
+
+def listed_tool(name: str, definition: types.Tool) -> types.Tool:
+    """An upstream tool as the gateway lists it: the server's definition under the name
+    clients call it by (``client_name``)."""
+    if definition.name == name:
         return definition
-    return definition.model_copy(update={"name": tool_id})
+    return definition.model_copy(update={"name": name})

@@ -37,6 +37,8 @@ from .listing import (
     SEARCH,
     Activations,
     call_arguments,
+    catalogue_id,
+    client_name,
     error_result,
     listed_tool,
     search_arguments,
@@ -109,7 +111,8 @@ class Gateway:
         tools = [*OWN_TOOLS]
         for tool_id in self.activations.listing(connection, served):
             try:
-                tools.append(listed_tool(tool_id, self.live.definition(tool_id)))
+                name = client_name(served[tool_id])
+                tools.append(listed_tool(name, self.live.definition(tool_id)))
             except CatalogError:  # its server's list changed since the engine's snapshot
                 continue
         return types.ListToolsResult(tools=tools)
@@ -168,7 +171,8 @@ class Gateway:
                 )
 
         try:
-            return await self.live.call_tool(name, arguments, progress=relay)
+            tool_id = catalogue_id(name, self.live.catalog)
+            return await self.live.call_tool(tool_id, arguments, progress=relay)
         except CatalogError as exc:
             return error_result(f"{exc}; find tools with {SEARCH}")
         except McpServerUnavailable as exc:

@@ -182,6 +182,42 @@ async def test_bad_arguments_are_errors_and_when_search_fails_every_tool_is_list
             assert text(echoed) == "still here"
 
 
+async def test_an_upstream_tool_named_like_the_gateways_own_is_listed_and_called_as_server__name() -> (
+    None
+):
+    servers = {"mcpServers": {"fx": fixture_entry()}}
+    async with open_gateway(
+        servers, engine_config=EngineConfig(cache=False), embedder=None, mcp_config=QUICK
+    ) as gateway:
+        host = Host()
+        async with Client(gateway.server, mode="legacy", message_handler=host.on_message) as client:
+            for own in ("search_tools", "call_tool"):
+                added = {"name": own, "description": f"The fixture's own {own}"}
+                await client.call_tool("call_tool", {"name": "add_tool", "arguments": added})
+            with trio.fail_after(WAIT):
+                while "call_tool" not in gateway.served.ids:
+                    await host.next_list_changed()
+
+            found = await client.call_tool(
+                "search_tools", {"query": "the fixture's own", "max_tools": 2}
+            )
+            assert not found.is_error  # the gateway's own search, not the fixture's tool
+            found_names = [t["name"] for t in json.loads(text(found))["tools"]]
+            assert {"fx__search_tools", "fx__call_tool"} <= set(found_names)
+            assert not {"search_tools", "call_tool"} & set(found_names)
+            listing = names(await client.list_tools())
+            assert len(listing) == len(set(listing))  # no name twice
+            assert listing[:2] == ["search_tools", "call_tool"]
+            assert {"fx__search_tools", "fx__call_tool"} <= set(listing)
+
+            called = await client.call_tool("fx__search_tools", {"text": "upstream"})
+            assert text(called) == "search_tools: {'text': 'upstream'}"  # the fixture's tool
+            through = await client.call_tool(
+                "call_tool", {"name": "fx__call_tool", "arguments": {"text": "too"}}
+            )
+            assert text(through) == "call_tool: {'text': 'too'}"
+
+
 # The SDK's streamable-HTTP client leaves its response generators to the garbage collector
 # when its connection is cancelled under trio; nothing of ours to close.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -170,15 +170,23 @@ class Gateway:
                     token, progress, total=total, message=message, related_request_id=request
                 )
 
+        tool_id = catalogue_id(name, self.live.catalog)
         try:
-            tool_id = catalogue_id(name, self.live.catalog)
             return await self.live.call_tool(tool_id, arguments, progress=relay)
         except CatalogError as exc:
             return error_result(f"{exc}; find tools with {SEARCH}")
         except McpServerUnavailable as exc:
             return error_result(str(exc))
-        except MCPError:
-            raise  # the upstream's protocol error, passed on as it came
+        except MCPError as exc:
+            if exc.code != types.CONNECTION_CLOSED:
+                raise  # the upstream's protocol error, passed on as it came
+            # Not the server's answer but its connection breaking (a crash mid-call): said
+            # as what it is, not as this client's own connection closing.
+            server = self.live.catalog[tool_id].server
+            return error_result(
+                f"MCP server {server!r} closed the connection during the call "
+                f"({exc.message}); the gateway reconnects it, so the call can be tried again"
+            )
 
     def _remember(self, connection: str, session: ServerSession) -> None:
         """Keep the latest session of ``connection`` to notify it later; as many

@@ -218,6 +218,26 @@ async def test_an_upstream_tool_named_like_the_gateways_own_is_listed_and_called
             assert text(through) == "call_tool: {'text': 'too'}"
 
 
+async def test_a_server_crashing_mid_call_is_an_error_result_naming_it() -> None:
+    servers = {"mcpServers": {"fx": fixture_entry()}}
+    async with (
+        open_gateway(
+            servers, engine_config=EngineConfig(cache=False), embedder=None, mcp_config=QUICK
+        ) as gateway,
+        Client(gateway.server, mode="legacy") as client,
+    ):
+        crashed = await client.call_tool("crash", {})  # the server exits, answering nothing
+        assert crashed.is_error
+        assert text(crashed).startswith(
+            "MCP server 'fx' closed the connection during the call (Connection closed)"
+        )
+        with trio.fail_after(WAIT):  # reconnected; the same client calls it again
+            while gateway.live.status["fx"].connections < 2:
+                await gateway.live.wait_status_change()
+        echoed = await client.call_tool("echo", {"text": "same client, server back"})
+        assert text(echoed) == "same client, server back"
+
+
 # The SDK's streamable-HTTP client leaves its response generators to the garbage collector
 # when its connection is cancelled under trio; nothing of ours to close.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

@@ -23,6 +23,7 @@ from mcp import MCPError
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ToolsListChanged
+from pydantic import ValidationError
 
 from .. import __version__
 from .._core.catalog.catalog import Catalog
@@ -182,11 +183,26 @@ class Gateway:
                 raise  # the upstream's protocol error, passed on as it came
             # Not the server's answer but its connection breaking (a crash mid-call): said
             # as what it is, not as this client's own connection closing.
-            server = self.live.catalog[tool_id].server
             return error_result(
-                f"MCP server {server!r} closed the connection during the call "
+                f"{self._server(tool_id)} closed the connection during the call "
                 f"({exc.message}); the gateway reconnects it, so the call can be tried again"
             )
+        except ValidationError as exc:
+            # The server's answer is not a tool result. Raised, the SDK would tell the client
+            # its own request's parameters were invalid.
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "result"
+            return error_result(
+                f"{self._server(tool_id)} answered with a malformed result "
+                f"({where}: {first['msg']})"
+            )
+
+    def _server(self, tool_id: str) -> str:
+        """``MCP server 'name'`` for the server of ``tool_id``, for a message."""
+        try:
+            return f"MCP server {self.live.catalog[tool_id].server!r}"
+        except KeyError:  # its server's list changed during the call
+            return f"the MCP server of {tool_id!r}"
 
     def _remember(self, connection: str, session: ServerSession) -> None:
         """Keep the latest session of ``connection`` to notify it later; as many

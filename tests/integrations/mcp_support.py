@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 FIXTURE_SERVER = str(Path(__file__).parents[1] / "fixtures" / "mcp" / "fixture_server.py")
+MALFORMED_SERVER = str(Path(__file__).parents[1] / "fixtures" / "mcp" / "malformed_server.py")
 
 
 def fixture_entry(*args: str) -> dict[str, Any]:

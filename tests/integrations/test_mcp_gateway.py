@@ -21,7 +21,7 @@ pytest.importorskip("mcp")
 
 import mcp_types as types
 from mcp import Client, StdioServerParameters
-from mcp_support import fixture_entry, installed
+from mcp_support import MALFORMED_SERVER, fixture_entry, installed
 
 from toolroute import ConfigError, EngineConfig
 from toolroute._gateway.listing import Activations
@@ -236,6 +236,27 @@ async def test_a_server_crashing_mid_call_is_an_error_result_naming_it() -> None
                 await gateway.live.wait_status_change()
         echoed = await client.call_tool("echo", {"text": "same client, server back"})
         assert text(echoed) == "same client, server back"
+
+
+async def test_a_malformed_upstream_result_is_an_error_result_naming_the_server() -> None:
+    servers = {
+        "mcpServers": {
+            "fx": fixture_entry(),
+            "bad": {"command": sys.executable, "args": [MALFORMED_SERVER]},
+        }
+    }
+    async with (
+        open_gateway(
+            servers, engine_config=EngineConfig(cache=False), embedder=None, mcp_config=QUICK
+        ) as gateway,
+        Client(gateway.server, mode="legacy") as client,
+    ):
+        garbled = await client.call_tool("garble", {})  # not "Invalid request parameters"
+        assert garbled.is_error
+        assert text(garbled).startswith("MCP server 'bad' answered with a malformed result (")
+        assert "content" in text(garbled)  # where it is malformed
+        assert text(await client.call_tool("echo", {"text": "others fine"})) == "others fine"
+        assert gateway.live.status["bad"].state == "up"
 
 
 # The SDK's streamable-HTTP client leaves its response generators to the garbage collector

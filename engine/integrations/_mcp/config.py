@@ -31,8 +31,9 @@ class McpServerConfig:
     Attributes:
         name: the key in the config; tools whose names clash across servers get the id
             ``f"{name}__{tool}"``.
-        command, args, env, cwd: how to start a stdio server (``env`` is added to the
-            parent's environment).
+        command, args, env, cwd: how to start a stdio server (``env`` is added to a safe
+            default environment, ``HOME``, ``PATH``, ``USER`` and the like, not to the whole
+            parent's: a variable the server needs, an API key say, goes in ``env``).
         url, headers: where a streamable-HTTP server listens, and the headers it needs.
     """
 

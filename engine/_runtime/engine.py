@@ -9,6 +9,7 @@ other services answer calls in the caller's task.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -372,11 +373,13 @@ def _from_group(
     The caller's own exception, alone, is raised as itself. Anything an engine service
     raised is an ``EngineCrashed`` from the whole group (the caller's exception, if any, is
     in it). A group holding a ``BaseException`` that is neither (``KeyboardInterrupt``, say)
-    is raised as it is: it is never unwrapped.
+    is raised as it is: it is never unwrapped. A caller's error that is itself a group (from
+    a nursery of the caller's) is known by its leaves: trio passes on a copy of it.
     """
-    if body_error is not None and group.exceptions == (body_error,):
+    mine = _leaves(body_error) if body_error is not None else []
+    if body_error is not None and _same(_leaves(group), mine) and len(group.exceptions) == 1:
         return body_error
-    internal = group.split(lambda exc: exc is body_error)[1]
+    internal = group.split(lambda exc: exc is body_error or any(exc is m for m in mine))[1]
     if internal is not None and internal.subgroup(
         lambda exc: not isinstance(exc, Exception | BaseExceptionGroup)
     ):
@@ -388,6 +391,16 @@ def _from_group(
         failure = _first_leaf(internal if internal is not None else group)
         message = f"an engine service failed: {type(failure).__name__}: {failure}"
     return EngineCrashed(message)
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _same(errors: list[BaseException], others: list[BaseException]) -> bool:
+    return len(errors) == len(others) and all(map(operator.is_, errors, others))
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -54,6 +54,24 @@ async def test_errors_from_the_body_keep_their_own_type(
     assert not isinstance(caught.value, BaseExceptionGroup)
 
 
+async def test_a_group_from_the_callers_own_nursery_is_not_an_engine_crash(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    mine = ValueError("the caller's own mistake")
+
+    async def fail_in_a_nursery() -> None:
+        async with (
+            open_engine(TOOLS, config=EngineConfig(cache=False), embedder=None),
+            trio.open_nursery(),
+        ):
+            raise mine
+
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await fail_in_a_nursery()
+    assert not isinstance(caught.value, EngineCrashed)
+    assert caught.value.exceptions == (mine,)  # the caller's group, as its nursery raised it
+
+
 async def test_engine_crashed_comes_from_the_group(autojump_clock: trio.testing.MockClock) -> None:
     from toolroute._runtime.supervisor import RestartPolicy
     from toolroute.providers import HashingEmbedder

@@ -138,7 +138,12 @@ async def serve_http(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve streamable HTTP at ``http://host:port/mcp`` (hypercorn on trio) until
-    cancelled; ``started`` with the URL once it listens (``port=0`` picks a free one)."""
+    cancelled; ``started`` with the URL once it listens (``port=0`` picks a free one).
+
+    Raises:
+        ConfigError: it cannot listen there (the port is in use, the address is not this
+            machine's, or the like).
+    """
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -147,6 +152,11 @@ async def serve_http(
     config.bind = [f"{host}:{port}"]
     config.accesslog = None  # stdout and stderr stay the operator's
     config.errorlog = None
+    try:  # said in one line here; from inside hypercorn it comes nested in groups
+        for listener in await trio.open_tcp_listeners(port, host=host):
+            await listener.aclose()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(functools.partial(serve, app, config, mode="asgi"))
         task_status.started(f"{binds[0]}/mcp")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -322,6 +323,24 @@ def test_the_command_reports_a_malformed_config_in_one_line(
         "toolroute: error: MCP server 'time': field 'command' must be a non-empty string, "
         "got ['uvx']"
     )
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolroute._cli.main import main
+
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"fx": fixture_entry()}}))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = ["mcp", "--config", str(config), "--embedder", "none"]
+        assert main([*command, "--transport", "http", "--port", str(port)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"toolroute: error: cannot listen on 127.0.0.1:{port}: "), error
+    assert len(error.strip().splitlines()) == 1, error
 
 
 # -- the command's start and stop ------------------------------------------------------------

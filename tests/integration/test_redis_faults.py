@@ -196,3 +196,46 @@ async def test_redis_restarted_mid_run_no_step_fails_and_nodes_share_again(
         step = await b.engine.prepare_step("book a flight", session="after")
         assert "mail" in step.active_sets
         assert a.shared.statistics().recoveries == b.shared.statistics().recoveries == 1
+
+
+async def test_another_programs_keys_in_the_namespace_fail_their_calls_not_the_link(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import coredis
+
+    # Keys of another type where the fleet keeps its streams and a session: Redis answers
+    # those calls WRONGTYPE, which is no outage; everything else is still shared.
+    async with coredis.Redis.from_url(redis_server.url) as client:
+        for stream in ("events", "catalog", "learned"):
+            await client.set(f"toolroute:{stream}", "not a stream")
+        await client.hset("toolroute:session:theirs", {"field": "value"})
+    quick = {"attach": False, "probe_interval_s": 0.05}
+    async with open_nodes(redis_server.url, tmp_path, 2, **quick) as [a, b]:
+        async with (
+            a.engine.subscribe() as deliveries,
+            a.shared.attach(a.engine),
+            b.shared.attach(b.engine),
+        ):
+            await timed_step(a.engine, "book a flight", "trip", force_sets=["mail"])
+            await timed_step(a.engine, "book a flight", "theirs")  # on a's own copy
+            await trio.sleep(1)  # the followers read their streams (refused) again and again
+            step = await b.engine.prepare_step("book a flight", session="trip")
+            events = []
+            while True:
+                try:
+                    events.append(deliveries.receive_nowait().event)
+                except trio.WouldBlock:
+                    break
+        assert "mail" in step.active_sets  # the session was shared all along
+        for node in (a, b):
+            stats = node.shared.statistics()
+            assert stats.up
+            assert stats.outages == 0
+            assert stats.failures > 0
+        said = [e for e in events if isinstance(e, FailOpen) and e.what_failed == "redis"]
+        operations = [e.operation for e in said]
+        assert "redis stream append" in operations
+        assert len(operations) == len(set(operations))  # each said once, not per call
+        appended = said[operations.index("redis stream append")]
+        assert appended.reason.startswith("WrongTypeError: XADD toolroute:events: ")
+        assert len(appended.reason) < 500  # not the events' JSON the pipeline quotes

@@ -297,7 +297,12 @@ async def follow(
             await trio.sleep(link.probe_interval_s)
             continue
         got = await link.call(operation, after, blocks_s=FOLLOW_BLOCK_MS / 1000)
-        if got is UNAVAILABLE or not got:
+        if got is UNAVAILABLE:
+            # Late, failed, or refused for what the key holds (the link stays up then):
+            # read again after a pause, not at once.
+            await trio.sleep(link.probe_interval_s)
+            continue
+        if not got:
             continue
         for entries in got.values():
             for entry in entries:

@@ -12,6 +12,7 @@ from .._routing.questions import RoutingOutcome
 from .._stores.redis.codec import AttrsCodec
 from .._stores.redis.shared import RedisStores, open_shared_stores
 from .._stores.redis.streams import EventConsumer
+from .._stores.redis.urls import checked_url, client_from, refusal, refused
 
 __all__ = ["open_event_consumer", "open_redis_stores"]
 
@@ -53,7 +54,8 @@ async def open_redis_stores(
         ``.update(engine, ...)``, ``.statistics()``.
 
     Raises:
-        ConfigError: a bad URL or option, or coredis is not installed.
+        ConfigError: a bad URL or option, Redis answered that it refuses the URL's password,
+            user or database number, or coredis is not installed.
 
     **Fail-open:** Redis need not be up when the block starts; every call has ``deadline_s``;
     while Redis is down nothing waits on it, writes and events wait (bounded, the excess
@@ -101,16 +103,27 @@ async def open_event_consumer(
         (acknowledged as the next is asked for), or ``read()`` and ``ack()`` by hand.
 
     Raises:
-        ConfigError: coredis is not installed.
+        ConfigError: a bad URL, Redis refused the URL's password, user or database number,
+            or coredis is not installed.
     """
+    checked_url(url)
     try:
         import coredis
+        import coredis.exceptions
     except ImportError as exc:
         raise ConfigError("reading events needs coredis: pip install 'toolroute[redis]'") from exc
-    client: coredis.Redis[bytes] = coredis.Redis.from_url(url)
+    client: coredis.Redis[bytes] = client_from(url)
+    refusing: BaseException | None = None
     async with client:
         reader = EventConsumer._create(
             client, namespace=namespace, group=group, consumer=consumer, block_ms=block_ms
         )
-        await reader.create_group(start)
-        yield reader
+        try:
+            await reader.create_group(start)
+        except coredis.exceptions.RedisError as exc:
+            if (refusing := refusal(exc)) is None:
+                raise
+        else:
+            yield reader
+    if refusing is not None:  # raised here, not inside the client's exception group
+        raise refused(url, refusing)

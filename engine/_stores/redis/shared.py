@@ -30,6 +30,7 @@ from .learning import RedisLearningStore
 from .link import RedisLink, RedisStatistics
 from .sessions import RedisRoutingCache, RedisSessionStore, RoutingCodec
 from .streams import CatalogFeed, EventPublisher
+from .urls import checked_url, client_from, refusal, refused
 
 
 class SharedEngine(Protocol):
@@ -188,6 +189,26 @@ async def _ping(client: Any) -> object:
     return await client.ping()
 
 
+async def _refusal(url: str, deadline_s: float) -> BaseException | None:
+    """What Redis answered if it refuses a client for ``url`` (a wrong password, a database
+    it does not have): the caller's mistake, not an outage. ``None`` when it accepts it, and
+    when it is down or late: the stores fail open then, and the probe brings it back."""
+    import coredis.exceptions
+
+    found: BaseException | None = None
+    with trio.move_on_after(deadline_s):
+        try:
+            async with client_from(url, connect_timeout=deadline_s) as client:
+                await client.ping()
+        except (coredis.exceptions.RedisError, OSError) as exc:
+            found = refusal(exc)
+        except BaseExceptionGroup as group:  # how the client raises on leaving its block
+            if group.split((coredis.exceptions.RedisError, OSError))[1] is not None:
+                raise
+            found = refusal(group)
+    return found
+
+
 def default_node_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -209,17 +230,18 @@ async def open_shared_stores(
 ) -> AsyncIterator[RedisStores]:
     """See ``toolroute.redis.open_redis_stores``."""
     config = _checked(config, deadline_s, probe_interval_s, lease_s, lock_wait_s, stream_maxlen)
-    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    checked_url(url)
     try:
         import coredis
         from coredis.retry import NoRetryPolicy
     except ImportError as exc:
         raise ConfigError("the Redis stores need coredis: pip install 'toolroute[redis]'") from exc
     # No client-side retries: a failed call fails open at once and the probe brings it back.
-    client: coredis.Redis[bytes] = coredis.Redis.from_url(
+    client: coredis.Redis[bytes] = client_from(
         url, retry_policy=NoRetryPolicy(), connect_timeout=deadline_s
     )
+    if (refusing := await _refusal(url, deadline_s)) is not None:
+        raise refused(url, refusing)
     async with client:
         link = RedisLink(
             client, namespace=namespace, deadline_s=deadline_s, probe_interval_s=probe_interval_s

@@ -215,10 +215,16 @@ class EventConsumer(metaclass=NoPublicConstructor):
             await self._client.xgroup_create(self._key, self.group, start, mkstream=True)
 
     async def read(self, count: int = 100) -> list[StreamedEvent]:
-        """The next events for this consumer (waiting up to ``block_ms`` for one)."""
-        reply = await self._client.xreadgroup(
-            self.group, self.consumer, {self._key: ">"}, count=count, block=self._block_ms
-        )
+        """The next events for this consumer (waiting up to ``block_ms`` for one). A group
+        that is gone (Redis restarted empty, the stream deleted) is made again over what the
+        stream holds: what came since."""
+        import coredis.exceptions
+
+        try:
+            reply = await self._read(count)
+        except coredis.exceptions.StreamConsumerGroupError:
+            await self.create_group("0")
+            reply = await self._read(count)
         events: list[StreamedEvent] = []
         unreadable: list[str] = []
         for entries in (reply or {}).values():
@@ -236,6 +242,11 @@ class EventConsumer(metaclass=NoPublicConstructor):
             self.unreadable += len(unreadable)
             await self.ack(*unreadable)
         return events
+
+    async def _read(self, count: int) -> Any:
+        return await self._client.xreadgroup(
+            self.group, self.consumer, {self._key: ">"}, count=count, block=self._block_ms
+        )
 
     async def ack(self, *entry_ids: str) -> None:
         """Acknowledge entries (they leave the group's pending list)."""

@@ -56,7 +56,7 @@ def run_events(args: argparse.Namespace) -> int:
             "stream holds is printed already"
         )
     try:
-        import coredis  # noqa: F401 (the extra is installed)
+        import coredis.exceptions
     except ImportError as exc:
         raise ConfigError("toolroute events needs coredis: pip install 'toolroute[redis]'") from exc
     import trio
@@ -70,6 +70,11 @@ def run_events(args: argparse.Namespace) -> int:
             raise refused(args.redis, refusing) from None
         if (mistake := _found(exc, ConfigError)) is not None:
             raise mistake from None  # said inside the client's exception group
+        if (wrong := _found(exc, coredis.exceptions.WrongTypeError)) is not None:
+            raise ConfigError(
+                f"{args.namespace}:events in {shown(args.redis)} is not a stream ({wrong}): "
+                "another program's key, or another --namespace"
+            ) from None
         failure = _connection_failure(exc)
         if failure is None:
             raise

@@ -254,6 +254,31 @@ async def test_the_events_command_prints_and_follows_every_nodes_events(
             follower.stdout.close()
 
 
+async def test_the_events_command_names_a_key_that_is_not_a_stream(
+    redis_server: RedisServer,
+) -> None:
+    import subprocess
+    import sys
+
+    import coredis
+
+    async with coredis.Redis.from_url(redis_server.url) as client:
+        await client.set("toolroute:events", "another program's value")
+    command = [sys.executable, "-m", "toolroute", "events", "--redis", redis_server.url]
+    for extra in ((), ("--follow",), ("--group", "g")):
+        done = await trio.to_thread.run_sync(
+            lambda extra=extra: subprocess.run(
+                [*command, *extra], capture_output=True, text=True, timeout=60
+            )
+        )
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            f"toolroute: error: toolroute:events in {redis_server.url} is not a stream "
+            "(Operation against a key holding the wrong kind of value): another program's "
+            "key, or another --namespace"
+        ]
+
+
 def test_the_events_command_names_a_server_it_cannot_reach() -> None:
     import subprocess
     import sys

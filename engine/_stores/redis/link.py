@@ -225,15 +225,16 @@ class RedisLink:
         # Redis answered: this call failed on what a key holds (another program's key in the
         # namespace, say), not because Redis is out of reach. The link stays up for every
         # other call; said once per operation until that operation works again.
-        if operation in self._refusals:
-            return
+        if operation in self._refusals or self._publish is None:
+            return  # said already, or no engine to say it to yet: its next refusal is said
         self._refusals.add(operation)
         self.announce(
             FailOpen(
                 operation=f"redis {operation}",
                 what_failed="redis",
-                reason=f"{_described(exc)}; a key under namespace {self.namespace!r} holds "
-                "what toolroute does not write there: this call used the local stores",
+                reason=f"{_described(exc)}; Redis answered, so the link stays up and this "
+                f"call used the local stores (does a key under namespace {self.namespace!r} "
+                "hold what toolroute does not write there?)",
             )
         )
 

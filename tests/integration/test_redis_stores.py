@@ -212,6 +212,23 @@ async def test_a_bad_url_or_option_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config must be an EngineConfig"):
         async with open_redis_stores("redis://127.0.0.1:1", config={}):  # type: ignore[arg-type]
             pass
+    # Each once accepted: sessions Redis would refuse to keep, calls with no deadline, or a
+    # TypeError from inside the stores.
+    for option, value in (
+        ("session_ttl_s", 0),
+        ("session_ttl_s", -1),
+        ("session_ttl_s", "x"),
+        ("deadline_s", float("inf")),
+    ):
+        with pytest.raises(ConfigError, match=f"{option} must be a positive number of seconds"):
+            async with open_redis_stores("redis://127.0.0.1:1", **{option: value}):
+                pass
+    with pytest.raises(ConfigError, match="namespace must be a non-empty string, got 5"):
+        async with open_redis_stores("redis://127.0.0.1:1", namespace=5):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ConfigError, match="node must be a string or None, got 7"):
+        async with open_redis_stores("redis://127.0.0.1:1", node=7):  # type: ignore[arg-type]
+            pass
 
 
 async def test_the_events_command_prints_and_follows_every_nodes_events(

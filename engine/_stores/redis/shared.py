@@ -18,6 +18,7 @@ from ..._core.errors import ConfigError
 from ..._core.events import Event
 from ..._core.public import NoPublicConstructor
 from ..._core.stores import Stores
+from ..._core.validators import is_number
 from ..embedding_cache import EmbeddingCache
 from ..enrichment_cache import EnrichmentCache
 from ..learning import LearningCache, MemoryLearningStore
@@ -229,7 +230,17 @@ async def open_shared_stores(
     stream_maxlen: int = 100_000,
 ) -> AsyncIterator[RedisStores]:
     """See ``toolroute.redis.open_redis_stores``."""
-    config = _checked(config, deadline_s, probe_interval_s, lease_s, lock_wait_s, stream_maxlen)
+    config = _checked(
+        config,
+        deadline_s,
+        probe_interval_s,
+        lease_s,
+        lock_wait_s,
+        stream_maxlen,
+        session_ttl_s=session_ttl_s,
+        namespace=namespace,
+        node=node,
+    )
     checked_url(url)
     try:
         import coredis
@@ -279,19 +290,31 @@ def _checked(
     lease_s: float,
     lock_wait_s: float,
     stream_maxlen: int,
+    *,
+    session_ttl_s: float | None,
+    namespace: str,
+    node: str | None,
 ) -> EngineConfig:
     if config is None:
         config = EngineConfig()
     elif not isinstance(config, EngineConfig):
         raise ConfigError(f"config must be an EngineConfig or None, got {type(config).__name__}")
-    for name, value in (
+    seconds = [
         ("deadline_s", deadline_s),
         ("probe_interval_s", probe_interval_s),
         ("lease_s", lease_s),
         ("lock_wait_s", lock_wait_s),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    ]
+    if session_ttl_s is not None:
+        seconds.append(("session_ttl_s", session_ttl_s))
+    for name, value in seconds:
+        # Finite: an infinite deadline is no deadline, and a TTL Redis cannot take.
+        if not is_number(value) or not value > 0:
             raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
     if isinstance(stream_maxlen, bool) or not isinstance(stream_maxlen, int) or stream_maxlen < 1:
         raise ConfigError(f"stream_maxlen must be a positive int, got {stream_maxlen!r}")
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigError(f"namespace must be a non-empty string, got {namespace!r}")
+    if node is not None and not isinstance(node, str):
+        raise ConfigError(f"node must be a string or None, got {node!r}")
     return config

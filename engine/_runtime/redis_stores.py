@@ -3,6 +3,7 @@ shared stores with the runtime's routing outcome as the routing cache's record t
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -103,10 +104,18 @@ async def open_event_consumer(
         (acknowledged as the next is asked for), or ``read()`` and ``ack()`` by hand.
 
     Raises:
-        ConfigError: a bad URL, Redis refused the URL's password, user or database number,
-            or coredis is not installed.
+        ConfigError: a bad URL or argument, Redis refused the URL's password, user or
+            database number, or coredis is not installed.
     """
     checked_url(url)
+    for name, value in (("group", group), ("consumer", consumer), ("namespace", namespace)):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+    if not isinstance(start, str) or not re.fullmatch(r"\$|\d+(-\d+)?", start):
+        raise ConfigError(f'start must be "$", "0" or a stream entry id, got {start!r}')
+    # Redis reads BLOCK 0 as "wait for ever": a read would never come back.
+    if isinstance(block_ms, bool) or not isinstance(block_ms, int) or block_ms < 1:
+        raise ConfigError(f"block_ms must be a positive int (milliseconds), got {block_ms!r}")
     try:
         import coredis
         import coredis.exceptions

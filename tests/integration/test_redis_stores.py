@@ -9,6 +9,7 @@ binary is not installed; CI installs it). Time bounds are loose: the machine is 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -329,6 +330,21 @@ async def test_a_url_the_client_would_misread_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"got 'http://user:\*\*\*@h'"):
         async with open_redis_stores("http://user:secret@h"):
             pass
+
+
+async def test_an_event_consumers_bad_argument_is_a_clear_error() -> None:
+    url = "redis://127.0.0.1:1"
+    for option, value, said in (
+        ("block_ms", 0, "block_ms must be a positive int"),  # BLOCK 0 waits for ever
+        ("block_ms", 1.5, "block_ms must be a positive int"),
+        ("start", "latest", 'start must be "\\$", "0" or a stream entry id'),
+        ("group", "", "group must be a non-empty string"),
+        ("namespace", 3, "namespace must be a non-empty string"),
+    ):
+        arguments: dict[str, Any] = {"group": "g", "consumer": "c", option: value}
+        with pytest.raises(ConfigError, match=said):
+            async with open_event_consumer(url, **arguments):
+                pass
 
 
 async def test_a_redis_that_refuses_the_urls_password_or_database_is_a_clear_error(

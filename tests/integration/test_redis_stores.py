@@ -404,15 +404,17 @@ async def test_the_events_command_follows_across_a_redis_restart(
             await client.xadd("toolroute:events", {"node": "n", "event": to_json(event)})
 
     command = [sys.executable, "-m", "toolroute", "events", "--redis", redis_server.url]
+    # From the start: each prints the first event however late it started.
     followers = [
         subprocess.Popen(  # noqa: ASYNC220 (read from worker threads below)
-            [*command, "--follow", *extra],
+            [*command, "--follow", "--from-start", *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for extra in ((), ("--group", "audit"))
     ]
+    said: list[list[str]] = []
     try:
 
         async def next_reason(follower: subprocess.Popen[str]) -> str:
@@ -423,7 +425,6 @@ async def test_the_events_command_follows_across_a_redis_restart(
                 )
             return str(json.loads(line)["reason"])
 
-        await trio.sleep(2)  # the followers are reading (a loose bound: a loaded machine)
         await publish("before")
         assert [await next_reason(f) for f in followers] == ["before", "before"]
         redis_server.stop()
@@ -434,15 +435,11 @@ async def test_the_events_command_follows_across_a_redis_restart(
     finally:
         for follower in followers:
             follower.kill()
-            follower.wait()
-    for follower in followers:
-        assert follower.stderr is not None
-        said = follower.stderr.read().splitlines()
-        follower.stderr.close()
-        assert follower.stdout is not None
-        follower.stdout.close()
-        assert said[0].startswith(f"toolroute events: lost {redis_server.url} (")
-        assert said[1] == f"toolroute events: following {redis_server.url} again"
+            _, errors = follower.communicate(timeout=60)
+            said.append(errors.splitlines())
+    for lines in said:
+        assert lines[0].startswith(f"toolroute events: lost {redis_server.url} (")
+        assert lines[1] == f"toolroute events: following {redis_server.url} again"
 
 
 async def test_a_consumer_whose_group_is_gone_makes_it_again(redis_server: RedisServer) -> None:

@@ -239,3 +239,22 @@ async def test_another_programs_keys_in_the_namespace_fail_their_calls_not_the_l
         appended = said[operations.index("redis stream append")]
         assert appended.reason.startswith("WrongTypeError: XADD toolroute:events: ")
         assert len(appended.reason) < 500  # not the events' JSON the pipeline quotes
+
+
+async def test_a_full_redis_refusing_writes_is_an_outage(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import coredis
+
+    async with open_nodes(redis_server.url, tmp_path, 1) as [node]:
+        async with coredis.Redis.from_url(redis_server.url) as client:
+            # Every write refused with OOM (a pipelined one too): Redis cannot serve, unlike
+            # a refusal over one key, so the link is down until the probe sees it answer.
+            await client.config_set({"maxmemory-policy": "noeviction", "maxmemory": "1"})
+            for i in range(5):
+                await timed_step(node.engine, "send an email", f"s{i}")
+            stats = node.shared.statistics()
+            assert stats.outages >= 1
+            assert stats.writes_pending >= 1
+            await client.config_set({"maxmemory": "0"})
+        await wait_until_up(node.shared)

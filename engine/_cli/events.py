@@ -11,6 +11,7 @@ import attrs
 
 from .._core.errors import ConfigError
 from .._core.events import from_json, to_json
+from .._stores.redis.streams import _text
 
 if TYPE_CHECKING:
     import coredis
@@ -206,7 +207,3 @@ def _print(node: str, entry_id: str, event_json: str) -> None:
     event = json.loads(event_json)
     sys.stdout.write(json.dumps({"node": node, "id": entry_id, **event}, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)

@@ -258,3 +258,32 @@ async def test_a_full_redis_refusing_writes_is_an_outage(
             assert stats.writes_pending >= 1
             await client.config_set({"maxmemory": "0"})
         await wait_until_up(node.shared)
+
+
+async def test_entries_that_are_not_utf8_are_skipped_not_fatal(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import coredis
+
+    from toolroute.redis import open_event_consumer
+
+    async with open_nodes(redis_server.url, tmp_path, 2) as [a, b]:
+        assert await a.engine.learn("file a refund", ["refund_payment"])
+        # Bytes another program wrote where the fleet keeps its evidence and streams.
+        async with coredis.Redis.from_url(redis_server.url) as client:
+            [key] = [k async for k in client.scan_iter(match=b"toolroute:learn:*")]
+            await client.hset(key, {b"\xff": b"\xff"})
+            junk = dict.fromkeys((b"node", b"change", b"tools", b"identity", b"event"), b"\xff")
+            for stream in ("catalog", "learned", "events"):
+                await client.xadd(f"toolroute:{stream}", junk)
+        # A notice b's follower reads (with the junk before it), and Redis's evidence again.
+        assert await a.engine.learn("refund my card", ["refund_payment"])
+        await b.engine.reload_learned()
+        await trio.sleep(1.5)  # the followers' reads (loose: a loaded machine)
+        for node in (a, b):
+            await timed_step(node.engine, "refund a card payment", "s")
+        async with open_event_consumer(
+            redis_server.url, group="audit", consumer="c", start="0", block_ms=10
+        ) as reader:
+            assert await reader.read(1000)
+        assert reader.unreadable == 1

@@ -261,7 +261,15 @@ class EventConsumer(metaclass=NoPublicConstructor):
 
 
 def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+    """A stream entry's id or field as text. Bytes that are not UTF-8 (another program's
+    entry: toolroute never writes them) come out replaced, so they are never read as a
+    notice or an event, and never stop the reader."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "replace")
 
 
 def tool_to_json(tool: Tool) -> dict[str, Any]:

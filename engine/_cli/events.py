@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from .._core.errors import ConfigError
 from .._core.events import from_json, to_json
+from .._stores.redis.streams import _text
+
+if TYPE_CHECKING:
+    import coredis
 
 
 def add_events_command(commands: Any) -> None:
@@ -41,10 +47,9 @@ def add_events_command(commands: Any) -> None:
 
 
 def run_events(args: argparse.Namespace) -> int:
-    if not args.redis.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(
-            f"--redis must be a redis://, rediss:// or unix:// URL, got {args.redis!r}"
-        )
+    from .._stores.redis.urls import checked_url
+
+    checked_url(args.redis, "--redis")
     if args.from_start and not (args.follow or args.group is not None):
         # It would change nothing: a read without --follow already begins at the start.
         raise ConfigError(
@@ -52,43 +57,112 @@ def run_events(args: argparse.Namespace) -> int:
             "stream holds is printed already"
         )
     try:
-        import coredis
         import coredis.exceptions
     except ImportError as exc:
         raise ConfigError("toolroute events needs coredis: pip install 'toolroute[redis]'") from exc
     import trio
 
+    from .._stores.redis.urls import refusal, refused, shown
+
     try:
         trio.run(_print_events, args)
     except Exception as exc:
-        failure = _connection_failure(exc, (OSError, coredis.exceptions.ConnectionError))
+        if (refusing := refusal(exc)) is not None:
+            raise refused(args.redis, refusing) from None
+        if (mistake := _found(exc, ConfigError)) is not None:
+            raise mistake from None  # said inside the client's exception group
+        if (wrong := _found(exc, coredis.exceptions.WrongTypeError)) is not None:
+            raise ConfigError(
+                f"{args.namespace}:events in {shown(args.redis)} is not a stream ({wrong}): "
+                "another program's key, or another --namespace"
+            ) from None
+        failure = _connection_failure(exc)
         if failure is None:
             raise
         # Refused, unreachable, reset: one line naming the server, not a traceback.
-        raise ConfigError(f"cannot read events from {args.redis}: {failure}") from None
+        raise ConfigError(f"cannot read events from {shown(args.redis)}: {failure}") from None
     return 0
 
 
-def _connection_failure(
-    exc: BaseException, kinds: tuple[type[BaseException], ...]
-) -> BaseException | None:
+def _connection_failure(exc: BaseException) -> BaseException | None:
     """The connection error inside ``exc`` (the client raises it inside exception groups)."""
+    import coredis.exceptions
+
+    return _found(exc, (OSError, coredis.exceptions.ConnectionError))
+
+
+def _found(
+    exc: BaseException, kinds: type[BaseException] | tuple[type[BaseException], ...]
+) -> BaseException | None:
+    """``exc``, or the first exception in its groups, when it is one of ``kinds``."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            if (found := _connection_failure(inner, kinds)) is not None:
+            if (found := _found(inner, kinds)) is not None:
                 return found
         return None
     return exc if isinstance(exc, kinds) else None
 
 
+#: Seconds between attempts to reach Redis again while ``--follow`` has lost it.
+RECONNECT_S = 1.0
+
+
+@attrs.define
+class _Reading:
+    """Where a read of the stream is: the last entry printed, whether Redis answered, and
+    whether ``--follow`` lost it since."""
+
+    url: str
+    last: str
+    answered: bool = False
+    lost: bool = False
+
+    def answer(self) -> None:
+        from .._stores.redis.urls import shown
+
+        self.answered = True
+        if self.lost:
+            self.lost = False
+            sys.stderr.write(f"toolroute events: following {shown(self.url)} again\n")
+            sys.stderr.flush()
+
+
 async def _print_events(args: argparse.Namespace) -> None:
-    import coredis
+    """Print the events; with ``--follow``, a Redis lost after it answered (restarted, its
+    connections dropped) is read again from the last event printed once it answers."""
+    import trio
+
+    from .._stores.redis.urls import shown
+
+    reading = _Reading(args.redis, last="0-0" if args.from_start or not args.follow else "$")
+    while True:
+        try:
+            await _read_events(args, reading)
+            return
+        except Exception as exc:
+            failure = _connection_failure(exc)
+            if failure is None or not args.follow or not reading.answered:
+                raise
+            if not reading.lost:
+                sys.stderr.write(
+                    f"toolroute events: lost {shown(args.redis)} ({failure}); "
+                    "following again once it answers\n"
+                )
+                sys.stderr.flush()
+                reading.lost = True
+        await trio.sleep(RECONNECT_S)
+
+
+async def _read_events(args: argparse.Namespace, reading: _Reading) -> None:
+    from .._stores.redis.urls import client_from
 
     key = f"{args.namespace}:events"
     if args.group is not None:
         from ..redis import open_event_consumer
 
-        start = "0" if args.from_start else "$"
+        # A group that exists goes on where it was; one a restart lost is made again over
+        # what the stream holds since.
+        start = "0" if args.from_start or reading.answered else "$"
         async with open_event_consumer(
             args.redis,
             group=args.group,
@@ -98,25 +172,33 @@ async def _print_events(args: argparse.Namespace) -> None:
         ) as consumer:
             while True:
                 batch = await consumer.read()
+                reading.answer()
                 for item in batch:
                     _print(item.node, item.entry_id, to_json(item.event))
                 await consumer.ack(*(item.entry_id for item in batch))
                 if not args.follow and not batch:
                     return
-    client: coredis.Redis[bytes] = coredis.Redis.from_url(args.redis)
+    client: coredis.Redis[bytes] = client_from(args.redis, "--redis")
     async with client:
-        last = "0-0" if args.from_start or not args.follow else "$"
+        if reading.last == "$":
+            # From the newest entry now, as a concrete id: "$" read again after an empty
+            # wait would skip what came in between.
+            newest = await client.xrevrange(key, count=1)
+            reading.last = _text(newest[0].identifier) if newest else "0-0"
         while True:
-            reply = await client.xread({key: last}, count=100, block=1000 if args.follow else None)
+            reply = await client.xread(
+                {key: reading.last}, count=100, block=1000 if args.follow else None
+            )
+            reading.answer()
             entries = [entry for batch in (reply or {}).values() for entry in batch]
             for entry in entries:
-                last = _text(entry.identifier)
+                reading.last = _text(entry.identifier)
                 fields = {_text(k): _text(v) for k, v in entry.field_values.items()}
                 try:
                     event = to_json(from_json(fields.get("event", "")))
                 except ValueError:
                     continue  # not an event toolroute wrote
-                _print(fields.get("node", ""), last, event)
+                _print(fields.get("node", ""), reading.last, event)
             if not args.follow and not entries:
                 return
 
@@ -125,7 +207,3 @@ def _print(node: str, entry_id: str, event_json: str) -> None:
     event = json.loads(event_json)
     sys.stdout.write(json.dumps({"node": node, "id": entry_id, **event}, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)

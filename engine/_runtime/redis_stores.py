@@ -3,6 +3,7 @@ shared stores with the runtime's routing outcome as the routing cache's record t
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,6 +13,7 @@ from .._routing.questions import RoutingOutcome
 from .._stores.redis.codec import AttrsCodec
 from .._stores.redis.shared import RedisStores, open_shared_stores
 from .._stores.redis.streams import EventConsumer
+from .._stores.redis.urls import checked_url, client_from, refusal, refused
 
 __all__ = ["open_event_consumer", "open_redis_stores"]
 
@@ -53,7 +55,8 @@ async def open_redis_stores(
         ``.update(engine, ...)``, ``.statistics()``.
 
     Raises:
-        ConfigError: a bad URL or option, or coredis is not installed.
+        ConfigError: a bad URL or option, Redis answered that it refuses the URL's password,
+            user or database number, or coredis is not installed.
 
     **Fail-open:** Redis need not be up when the block starts; every call has ``deadline_s``;
     while Redis is down nothing waits on it, writes and events wait (bounded, the excess
@@ -101,16 +104,35 @@ async def open_event_consumer(
         (acknowledged as the next is asked for), or ``read()`` and ``ack()`` by hand.
 
     Raises:
-        ConfigError: coredis is not installed.
+        ConfigError: a bad URL or argument, Redis refused the URL's password, user or
+            database number, or coredis is not installed.
     """
+    checked_url(url)
+    for name, value in (("group", group), ("consumer", consumer), ("namespace", namespace)):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+    if not isinstance(start, str) or not re.fullmatch(r"\$|\d+(-\d+)?", start):
+        raise ConfigError(f'start must be "$", "0" or a stream entry id, got {start!r}')
+    # Redis reads BLOCK 0 as "wait for ever": a read would never come back.
+    if isinstance(block_ms, bool) or not isinstance(block_ms, int) or block_ms < 1:
+        raise ConfigError(f"block_ms must be a positive int (milliseconds), got {block_ms!r}")
     try:
         import coredis
+        import coredis.exceptions
     except ImportError as exc:
         raise ConfigError("reading events needs coredis: pip install 'toolroute[redis]'") from exc
-    client: coredis.Redis[bytes] = coredis.Redis.from_url(url)
+    client: coredis.Redis[bytes] = client_from(url)
+    refusing: BaseException | None = None
     async with client:
         reader = EventConsumer._create(
             client, namespace=namespace, group=group, consumer=consumer, block_ms=block_ms
         )
-        await reader.create_group(start)
-        yield reader
+        try:
+            await reader.create_group(start)
+        except coredis.exceptions.RedisError as exc:
+            if (refusing := refusal(exc)) is None:
+                raise
+        else:
+            yield reader
+    if refusing is not None:  # raised here, not inside the client's exception group
+        raise refused(url, refusing)

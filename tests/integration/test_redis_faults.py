@@ -196,3 +196,94 @@ async def test_redis_restarted_mid_run_no_step_fails_and_nodes_share_again(
         step = await b.engine.prepare_step("book a flight", session="after")
         assert "mail" in step.active_sets
         assert a.shared.statistics().recoveries == b.shared.statistics().recoveries == 1
+
+
+async def test_another_programs_keys_in_the_namespace_fail_their_calls_not_the_link(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import coredis
+
+    # Keys of another type where the fleet keeps its streams and a session: Redis answers
+    # those calls WRONGTYPE, which is no outage; everything else is still shared.
+    async with coredis.Redis.from_url(redis_server.url) as client:
+        for stream in ("events", "catalog", "learned"):
+            await client.set(f"toolroute:{stream}", "not a stream")
+        await client.hset("toolroute:session:theirs", {"field": "value"})
+    quick = {"attach": False, "probe_interval_s": 0.05}
+    async with open_nodes(redis_server.url, tmp_path, 2, **quick) as [a, b]:
+        async with (
+            a.engine.subscribe() as deliveries,
+            a.shared.attach(a.engine),
+            b.shared.attach(b.engine),
+        ):
+            await timed_step(a.engine, "book a flight", "trip", force_sets=["mail"])
+            await timed_step(a.engine, "book a flight", "theirs")  # on a's own copy
+            await trio.sleep(1)  # the followers read their streams (refused) again and again
+            step = await b.engine.prepare_step("book a flight", session="trip")
+            events = []
+            while True:
+                try:
+                    events.append(deliveries.receive_nowait().event)
+                except trio.WouldBlock:
+                    break
+        assert "mail" in step.active_sets  # the session was shared all along
+        for node in (a, b):
+            stats = node.shared.statistics()
+            assert stats.up
+            assert stats.outages == 0
+            assert stats.failures > 0
+        said = [e for e in events if isinstance(e, FailOpen) and e.what_failed == "redis"]
+        operations = [e.operation for e in said]
+        assert "redis stream append" in operations
+        assert len(operations) == len(set(operations))  # each said once, not per call
+        appended = said[operations.index("redis stream append")]
+        assert appended.reason.startswith("WrongTypeError: XADD toolroute:events: ")
+        assert len(appended.reason) < 500  # not the events' JSON the pipeline quotes
+
+
+async def test_a_full_redis_refusing_writes_is_an_outage(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import coredis
+
+    async with open_nodes(redis_server.url, tmp_path, 1) as [node]:
+        async with coredis.Redis.from_url(redis_server.url) as client:
+            # Every write refused with OOM (a pipelined one too): Redis cannot serve, unlike
+            # a refusal over one key, so the link is down until the probe sees it answer.
+            await client.config_set({"maxmemory-policy": "noeviction", "maxmemory": "1"})
+            for i in range(5):
+                await timed_step(node.engine, "send an email", f"s{i}")
+            stats = node.shared.statistics()
+            assert stats.outages >= 1
+            assert stats.writes_pending >= 1
+            await client.config_set({"maxmemory": "0"})
+        await wait_until_up(node.shared)
+
+
+async def test_entries_that_are_not_utf8_are_skipped_not_fatal(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import coredis
+
+    from toolroute.redis import open_event_consumer
+
+    async with open_nodes(redis_server.url, tmp_path, 2) as [a, b]:
+        assert await a.engine.learn("file a refund", ["refund_payment"])
+        # Bytes another program wrote where the fleet keeps its evidence and streams.
+        async with coredis.Redis.from_url(redis_server.url) as client:
+            [key] = [k async for k in client.scan_iter(match=b"toolroute:learn:*")]
+            await client.hset(key, {b"\xff": b"\xff"})
+            junk = dict.fromkeys((b"node", b"change", b"tools", b"identity", b"event"), b"\xff")
+            for stream in ("catalog", "learned", "events"):
+                await client.xadd(f"toolroute:{stream}", junk)
+        # A notice b's follower reads (with the junk before it), and Redis's evidence again.
+        assert await a.engine.learn("refund my card", ["refund_payment"])
+        await b.engine.reload_learned()
+        await trio.sleep(1.5)  # the followers' reads (loose: a loaded machine)
+        for node in (a, b):
+            await timed_step(node.engine, "refund a card payment", "s")
+        async with open_event_consumer(
+            redis_server.url, group="audit", consumer="c", start="0", block_ms=10
+        ) as reader:
+            assert await reader.read(1000)
+        assert reader.unreadable == 1

@@ -9,17 +9,18 @@ binary is not installed; CI installs it). Time bounds are loose: the machine is 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
-from redisbox.nodes import CATALOG, open_nodes
+from redisbox.nodes import CATALOG, node_config, open_nodes
 from redisbox.server import REDIS_SERVER, RedisServer
 
 from toolroute import ConfigError, Tool
-from toolroute.events import StepFinished
+from toolroute.events import FailOpen, StepFinished, to_json
 from toolroute.redis import open_event_consumer, open_redis_stores
 from toolroute.testing import ScriptedDecider
 
@@ -212,6 +213,23 @@ async def test_a_bad_url_or_option_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config must be an EngineConfig"):
         async with open_redis_stores("redis://127.0.0.1:1", config={}):  # type: ignore[arg-type]
             pass
+    # Each once accepted: sessions Redis would refuse to keep, calls with no deadline, or a
+    # TypeError from inside the stores.
+    for option, value in (
+        ("session_ttl_s", 0),
+        ("session_ttl_s", -1),
+        ("session_ttl_s", "x"),
+        ("deadline_s", float("inf")),
+    ):
+        with pytest.raises(ConfigError, match=f"{option} must be a positive number of seconds"):
+            async with open_redis_stores("redis://127.0.0.1:1", **{option: value}):
+                pass
+    with pytest.raises(ConfigError, match="namespace must be a non-empty string, got 5"):
+        async with open_redis_stores("redis://127.0.0.1:1", namespace=5):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(ConfigError, match="node must be a string or None, got 7"):
+        async with open_redis_stores("redis://127.0.0.1:1", node=7):  # type: ignore[arg-type]
+            pass
 
 
 async def test_the_events_command_prints_and_follows_every_nodes_events(
@@ -254,6 +272,31 @@ async def test_the_events_command_prints_and_follows_every_nodes_events(
             follower.stdout.close()
 
 
+async def test_the_events_command_names_a_key_that_is_not_a_stream(
+    redis_server: RedisServer,
+) -> None:
+    import subprocess
+    import sys
+
+    import coredis
+
+    async with coredis.Redis.from_url(redis_server.url) as client:
+        await client.set("toolroute:events", "another program's value")
+    command = [sys.executable, "-m", "toolroute", "events", "--redis", redis_server.url]
+    for extra in ((), ("--follow",), ("--group", "g")):
+        done = await trio.to_thread.run_sync(
+            lambda extra=extra: subprocess.run(
+                [*command, *extra], capture_output=True, text=True, timeout=60
+            )
+        )
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            f"toolroute: error: toolroute:events in {redis_server.url} is not a stream "
+            "(Operation against a key holding the wrong kind of value): another program's "
+            "key, or another --namespace"
+        ]
+
+
 def test_the_events_command_names_a_server_it_cannot_reach() -> None:
     import subprocess
     import sys
@@ -269,3 +312,147 @@ def test_the_events_command_names_a_server_it_cannot_reach() -> None:
         "toolroute: error: cannot read events from redis://127.0.0.1:1:"
         " Unable to establish a connection to 127.0.0.1:1"
     ]
+
+
+async def test_a_url_the_client_would_misread_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match=r"the port must be a number.*'redis://h:port'"):
+        async with open_redis_stores("redis://h:port"):
+            pass
+    # The client would read these as database 0, silently.
+    for url, database in (("redis://127.0.0.1:1/two", "two"), ("redis://127.0.0.1:1?db=x", "x")):
+        with pytest.raises(ConfigError, match=f"the database must be a number.*got '{database}'"):
+            async with open_redis_stores(url):
+                pass
+        with pytest.raises(ConfigError, match="the database must be a number"):
+            async with open_event_consumer(url, group="g", consumer="c"):
+                pass
+    # A password is never repeated in a message.
+    with pytest.raises(ConfigError, match=r"got 'http://user:\*\*\*@h'"):
+        async with open_redis_stores("http://user:secret@h"):
+            pass
+
+
+async def test_an_event_consumers_bad_argument_is_a_clear_error() -> None:
+    url = "redis://127.0.0.1:1"
+    for option, value, said in (
+        ("block_ms", 0, "block_ms must be a positive int"),  # BLOCK 0 waits for ever
+        ("block_ms", 1.5, "block_ms must be a positive int"),
+        ("start", "latest", 'start must be "\\$", "0" or a stream entry id'),
+        ("group", "", "group must be a non-empty string"),
+        ("namespace", 3, "namespace must be a non-empty string"),
+    ):
+        arguments: dict[str, Any] = {"group": "g", "consumer": "c", option: value}
+        with pytest.raises(ConfigError, match=said):
+            async with open_event_consumer(url, **arguments):
+                pass
+
+
+async def test_a_redis_that_refuses_the_urls_password_or_database_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    import re
+    import subprocess
+    import sys
+
+    server = RedisServer(tmp_path, password="sesame")
+    server.start()
+    try:
+        host = f"127.0.0.1:{server.port}"
+        for url, said in (
+            (f"redis://:wrong@{host}", "AuthenticationFailureError"),
+            (f"redis://{host}", "AuthenticationRequiredError"),
+            (f"redis://:sesame@{host}/99", "DB index is out of range"),
+        ):
+            shown = url.replace(":wrong@", ":***@").replace(":sesame@", ":***@")
+            expected = re.escape(f"the Redis at {shown} refused this client: ") + f".*{said}"
+            # Not an outage to fail open on: the stores would never share anything.
+            with pytest.raises(ConfigError, match=expected):
+                async with open_redis_stores(url, config=node_config(tmp_path)):
+                    pass
+            with pytest.raises(ConfigError, match=expected):
+                async with open_event_consumer(url, group="g", consumer="c"):
+                    pass
+            done = await trio.to_thread.run_sync(
+                lambda url=url: subprocess.run(
+                    [sys.executable, "-m", "toolroute", "events", "--redis", url],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+            )
+            assert done.returncode == 2
+            [line] = done.stderr.strip().splitlines()
+            assert line.startswith(f"toolroute: error: the Redis at {shown} refused this client")
+        async with open_redis_stores(f"redis://:sesame@{host}", config=node_config(tmp_path)):
+            pass  # the right password
+    finally:
+        server.stop()
+
+
+async def test_the_events_command_follows_across_a_redis_restart(
+    redis_server: RedisServer,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import coredis
+
+    async def publish(reason: str) -> None:
+        event = FailOpen(operation="test", what_failed="redis", reason=reason)
+        async with coredis.Redis.from_url(redis_server.url) as client:
+            await client.xadd("toolroute:events", {"node": "n", "event": to_json(event)})
+
+    command = [sys.executable, "-m", "toolroute", "events", "--redis", redis_server.url]
+    # From the start: each prints the first event however late it started.
+    followers = [
+        subprocess.Popen(  # noqa: ASYNC220 (read from worker threads below)
+            [*command, "--follow", "--from-start", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for extra in ((), ("--group", "audit"))
+    ]
+    said: list[list[str]] = []
+    try:
+
+        async def next_reason(follower: subprocess.Popen[str]) -> str:
+            assert follower.stdout is not None
+            with trio.fail_after(60):
+                line = await trio.to_thread.run_sync(
+                    follower.stdout.readline, abandon_on_cancel=True
+                )
+            return str(json.loads(line)["reason"])
+
+        await publish("before")
+        assert [await next_reason(f) for f in followers] == ["before", "before"]
+        redis_server.stop()
+        await trio.sleep(2)  # long enough for both to see it gone
+        redis_server.start()  # empty: no persistence
+        await publish("after")
+        assert [await next_reason(f) for f in followers] == ["after", "after"]
+    finally:
+        for follower in followers:
+            follower.kill()
+            _, errors = follower.communicate(timeout=60)
+            said.append(errors.splitlines())
+    for lines in said:
+        assert lines[0].startswith(f"toolroute events: lost {redis_server.url} (")
+        assert lines[1] == f"toolroute events: following {redis_server.url} again"
+
+
+async def test_a_consumer_whose_group_is_gone_makes_it_again(redis_server: RedisServer) -> None:
+    import coredis
+
+    async with (
+        coredis.Redis.from_url(redis_server.url) as client,
+        open_event_consumer(redis_server.url, group="audit", consumer="a1", block_ms=10) as reader,
+    ):
+        assert await reader.read() == []
+        # Redis restarted empty, or the stream was deleted: the group went with it.
+        await client.delete(["toolroute:events"])
+        event = FailOpen(operation="test", what_failed="redis", reason="since")
+        await client.xadd("toolroute:events", {"node": "n", "event": to_json(event)})
+        [item] = await reader.read()
+        assert item.event == event

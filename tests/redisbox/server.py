@@ -23,19 +23,22 @@ def answers(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
             conn.sendall(b"PING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
+            # Up: it answers, or asks for the password it was started with.
+            return conn.recv(16).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
 
 class RedisServer:
-    """One ``redis-server`` process (no persistence) on ``port``."""
+    """One ``redis-server`` process (no persistence) on ``port``, asking clients for
+    ``password`` when one is given."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, password: str = "") -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not installed")
         self.directory = directory
         self.port = port or free_port()
+        self.password = password
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -58,6 +61,7 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.directory),
+                *(("--requirepass", self.password) if self.password else ()),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -204,8 +204,8 @@ class RedisEnrichmentStore:
         fresh: dict[str, tuple[str, ...]] = {}
         for field, value in shared.items():
             phrases = _phrases(value)
-            name = field.decode("utf-8", "surrogatepass")
-            if phrases is not None and entries.get(name) != phrases:
+            name = field_name(field)
+            if name is not None and phrases is not None and entries.get(name) != phrases:
                 fresh[name] = phrases
         if fresh:
             entries.update(fresh)
@@ -236,6 +236,15 @@ class RedisEnrichmentStore:
                     self._pending.setdefault(identity, {}).update(encoded)
                 break
             self._link.counters.writes_resynced += len(encoded)
+
+
+def field_name(field: bytes) -> str | None:
+    """A hash field's name (a tool's key or id); ``None`` for bytes toolroute never writes
+    (not UTF-8: another program's field), which are skipped."""
+    try:
+        return field.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
 
 
 def _phrases(value: bytes) -> tuple[str, ...] | None:

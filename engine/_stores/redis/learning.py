@@ -31,7 +31,7 @@ import trio
 
 from ..._core.stores import LearnedExample, LearningStore
 from ..learning import _encoded, _read
-from .caches import Command, _hgetall, _hset, _identity_hash
+from .caches import Command, _hgetall, _hset, _identity_hash, field_name
 from .link import UNAVAILABLE, RedisLink
 from .streams import _text, _xadd, follow
 
@@ -108,9 +108,9 @@ class RedisLearningStore:
             if waiting is not None and waiting.clear:
                 return found  # this node forgot every tool; Redis has not heard yet
         for field, value in shared.items():
-            tool_id = field.decode("utf-8", "surrogatepass")
-            if tool_id in owed:
-                continue  # this node's newer entries wait for Redis: they stand
+            tool_id = field_name(field)
+            if tool_id is None or tool_id in owed:
+                continue  # not a tool's; or this node's newer entries wait for Redis: they stand
             read = _read(io.BytesIO(value), identity)
             if isinstance(read, str) or read[0] != tool_id or not read[1]:
                 continue  # another version's record, or a mislabelled one: never misread
@@ -202,7 +202,8 @@ class RedisLearningStore:
         shared = await self._link.call("learning read", _hgetall(self._key(identity)))
         if shared is UNAVAILABLE:
             return
-        held = {f.decode("utf-8", "surrogatepass"): v for f, v in shared.items()}
+        names = {field: field_name(field) for field in shared}
+        held = {name: shared[field] for field, name in names.items() if name is not None}
 
         def apply() -> None:
             with self._lock:

@@ -136,6 +136,7 @@ class RedisLink:
         self._down_reason = ""
         self._resyncing = False
         self._in_a_row = 0  # calls missed in a row
+        self._refusals: set[str] = set()  # operations whose refusal was announced
 
     def key(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
@@ -208,13 +209,34 @@ class RedisLink:
                 answer = await fn(self.client)
             except (coredis.exceptions.RedisError, OSError) as exc:
                 self.counters.failures += 1
-                self._missed(operation, f"{type(exc).__name__}: {exc}")
+                if _about_a_key(exc):
+                    self._refused(operation, exc)
+                else:
+                    self._missed(operation, _described(exc))
                 return UNAVAILABLE
             self._in_a_row = 0
+            self._refusals.discard(operation)
             return answer
         self.counters.timeouts += 1
         self._missed(operation, f"no answer within {deadline_s} s")
         return UNAVAILABLE
+
+    def _refused(self, operation: str, exc: Exception) -> None:
+        # Redis answered: this call failed on what a key holds (another program's key in the
+        # namespace, say), not because Redis is out of reach. The link stays up for every
+        # other call; said once per operation until that operation works again.
+        if operation in self._refusals or self._publish is None:
+            return  # said already, or no engine to say it to yet: its next refusal is said
+        self._refusals.add(operation)
+        self.announce(
+            FailOpen(
+                operation=f"redis {operation}",
+                what_failed="redis",
+                reason=f"{_described(exc)}; Redis answered, so the link stays up and this "
+                f"call used the local stores (does a key under namespace {self.namespace!r} "
+                "hold what toolroute does not write there?)",
+            )
+        )
 
     def _missed(self, operation: str, reason: str) -> None:
         # One late answer on a busy node is not an outage: the call failed open by itself.
@@ -280,3 +302,34 @@ class RedisLink:
             finally:
                 self._resyncing = False
             self.went_down_at = None
+
+
+#: The replies by which Redis says it cannot serve now (memory full, busy, a replica without
+#: its primary...): the link is down until the probe sees it answer, as for a refused connection.
+_SERVER_STATES: Final = ("OOM ", "BUSY ", "MASTERDOWN ", "MISCONF ", "NOREPLICAS ")
+#: Where coredis puts a pipelined command's own error in the message it raises.
+_PIPELINE_ERROR: Final = " of pipeline caused error: "
+#: Characters of an error kept in a ``fail_open`` reason (a pipeline's error quotes its
+#: commands, events' JSON included).
+_REASON_CHARS: Final = 300
+
+
+def _about_a_key(exc: Exception) -> bool:
+    """Whether Redis refused this one call for what a key holds (a key of another type, a
+    value a script cannot read), not for its own state or the connection's."""
+    import coredis.exceptions
+
+    if isinstance(exc, coredis.exceptions.WrongTypeError):
+        return True
+    if type(exc) is not coredis.exceptions.ResponseError:
+        return False  # connection, authentication, read-only replica, loading...
+    return not str(exc).rpartition(_PIPELINE_ERROR)[2].startswith(_SERVER_STATES)
+
+
+def _described(exc: Exception) -> str:
+    quoted, _, text = str(exc).rpartition(_PIPELINE_ERROR)
+    if quoted:  # "Command # 1 (XADD key fields...)": name the command and its key
+        text = " ".join(quoted.partition("(")[2].split(" ", 2)[:2]) + ": " + text
+    if len(text) > _REASON_CHARS:
+        text = text[: _REASON_CHARS - 1] + "…"
+    return f"{type(exc).__name__}: {text}"

@@ -18,6 +18,7 @@ from ..._core.errors import ConfigError
 from ..._core.events import Event
 from ..._core.public import NoPublicConstructor
 from ..._core.stores import Stores
+from ..._core.validators import is_number
 from ..embedding_cache import EmbeddingCache
 from ..enrichment_cache import EnrichmentCache
 from ..learning import LearningCache, MemoryLearningStore
@@ -30,6 +31,7 @@ from .learning import RedisLearningStore
 from .link import RedisLink, RedisStatistics
 from .sessions import RedisRoutingCache, RedisSessionStore, RoutingCodec
 from .streams import CatalogFeed, EventPublisher
+from .urls import checked_url, client_from, refusal, refused
 
 
 class SharedEngine(Protocol):
@@ -188,6 +190,26 @@ async def _ping(client: Any) -> object:
     return await client.ping()
 
 
+async def _refusal(url: str, deadline_s: float) -> BaseException | None:
+    """What Redis answered if it refuses a client for ``url`` (a wrong password, a database
+    it does not have): the caller's mistake, not an outage. ``None`` when it accepts it, and
+    when it is down or late: the stores fail open then, and the probe brings it back."""
+    import coredis.exceptions
+
+    found: BaseException | None = None
+    with trio.move_on_after(deadline_s):
+        try:
+            async with client_from(url, connect_timeout=deadline_s) as client:
+                await client.ping()
+        except (coredis.exceptions.RedisError, OSError) as exc:
+            found = refusal(exc)
+        except BaseExceptionGroup as group:  # how the client raises on leaving its block
+            if group.split((coredis.exceptions.RedisError, OSError))[1] is not None:
+                raise
+            found = refusal(group)
+    return found
+
+
 def default_node_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -208,18 +230,29 @@ async def open_shared_stores(
     stream_maxlen: int = 100_000,
 ) -> AsyncIterator[RedisStores]:
     """See ``toolroute.redis.open_redis_stores``."""
-    config = _checked(config, deadline_s, probe_interval_s, lease_s, lock_wait_s, stream_maxlen)
-    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"url must be a redis://, rediss:// or unix:// URL, got {url!r}")
+    config = _checked(
+        config,
+        deadline_s,
+        probe_interval_s,
+        lease_s,
+        lock_wait_s,
+        stream_maxlen,
+        session_ttl_s=session_ttl_s,
+        namespace=namespace,
+        node=node,
+    )
+    checked_url(url)
     try:
         import coredis
         from coredis.retry import NoRetryPolicy
     except ImportError as exc:
         raise ConfigError("the Redis stores need coredis: pip install 'toolroute[redis]'") from exc
     # No client-side retries: a failed call fails open at once and the probe brings it back.
-    client: coredis.Redis[bytes] = coredis.Redis.from_url(
+    client: coredis.Redis[bytes] = client_from(
         url, retry_policy=NoRetryPolicy(), connect_timeout=deadline_s
     )
+    if (refusing := await _refusal(url, deadline_s)) is not None:
+        raise refused(url, refusing)
     async with client:
         link = RedisLink(
             client, namespace=namespace, deadline_s=deadline_s, probe_interval_s=probe_interval_s
@@ -257,19 +290,31 @@ def _checked(
     lease_s: float,
     lock_wait_s: float,
     stream_maxlen: int,
+    *,
+    session_ttl_s: float | None,
+    namespace: str,
+    node: str | None,
 ) -> EngineConfig:
     if config is None:
         config = EngineConfig()
     elif not isinstance(config, EngineConfig):
         raise ConfigError(f"config must be an EngineConfig or None, got {type(config).__name__}")
-    for name, value in (
+    seconds = [
         ("deadline_s", deadline_s),
         ("probe_interval_s", probe_interval_s),
         ("lease_s", lease_s),
         ("lock_wait_s", lock_wait_s),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    ]
+    if session_ttl_s is not None:
+        seconds.append(("session_ttl_s", session_ttl_s))
+    for name, value in seconds:
+        # Finite: an infinite deadline is no deadline, and a TTL Redis cannot take.
+        if not is_number(value) or not value > 0:
             raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
     if isinstance(stream_maxlen, bool) or not isinstance(stream_maxlen, int) or stream_maxlen < 1:
         raise ConfigError(f"stream_maxlen must be a positive int, got {stream_maxlen!r}")
+    if not isinstance(namespace, str) or not namespace:
+        raise ConfigError(f"namespace must be a non-empty string, got {namespace!r}")
+    if node is not None and not isinstance(node, str):
+        raise ConfigError(f"node must be a string or None, got {node!r}")
     return config

@@ -215,10 +215,16 @@ class EventConsumer(metaclass=NoPublicConstructor):
             await self._client.xgroup_create(self._key, self.group, start, mkstream=True)
 
     async def read(self, count: int = 100) -> list[StreamedEvent]:
-        """The next events for this consumer (waiting up to ``block_ms`` for one)."""
-        reply = await self._client.xreadgroup(
-            self.group, self.consumer, {self._key: ">"}, count=count, block=self._block_ms
-        )
+        """The next events for this consumer (waiting up to ``block_ms`` for one). A group
+        that is gone (Redis restarted empty, the stream deleted) is made again over what the
+        stream holds: what came since."""
+        import coredis.exceptions
+
+        try:
+            reply = await self._read(count)
+        except coredis.exceptions.StreamConsumerGroupError:
+            await self.create_group("0")
+            reply = await self._read(count)
         events: list[StreamedEvent] = []
         unreadable: list[str] = []
         for entries in (reply or {}).values():
@@ -237,6 +243,11 @@ class EventConsumer(metaclass=NoPublicConstructor):
             await self.ack(*unreadable)
         return events
 
+    async def _read(self, count: int) -> Any:
+        return await self._client.xreadgroup(
+            self.group, self.consumer, {self._key: ">"}, count=count, block=self._block_ms
+        )
+
     async def ack(self, *entry_ids: str) -> None:
         """Acknowledge entries (they leave the group's pending list)."""
         if entry_ids:
@@ -250,7 +261,15 @@ class EventConsumer(metaclass=NoPublicConstructor):
 
 
 def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else str(value)
+    """A stream entry's id or field as text. Bytes that are not UTF-8 (another program's
+    entry: toolroute never writes them) come out replaced, so they are never read as a
+    notice or an event, and never stop the reader."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return value.decode("utf-8", "replace")
 
 
 def tool_to_json(tool: Tool) -> dict[str, Any]:
@@ -297,7 +316,12 @@ async def follow(
             await trio.sleep(link.probe_interval_s)
             continue
         got = await link.call(operation, after, blocks_s=FOLLOW_BLOCK_MS / 1000)
-        if got is UNAVAILABLE or not got:
+        if got is UNAVAILABLE:
+            # Late, failed, or refused for what the key holds (the link stays up then):
+            # read again after a pause, not at once.
+            await trio.sleep(link.probe_interval_s)
+            continue
+        if not got:
             continue
         for entries in got.values():
             for entry in entries:

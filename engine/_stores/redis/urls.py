@@ -1,0 +1,98 @@
+"""A Redis URL, checked before a client is made from it, and what Redis answers when it
+refuses a client for its URL: the caller's mistakes, said clearly, never failed open."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+from urllib.parse import parse_qs, urlsplit
+
+from ..._core.errors import ConfigError
+
+SCHEMES: Final = ("redis://", "rediss://", "unix://")
+
+
+def shown(url: str) -> str:
+    """``url`` with its password hidden, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def checked_url(url: object, what: str = "url") -> str:
+    """``url`` when the client reads it as written.
+
+    Raises:
+        ConfigError: not a string of one of the ``SCHEMES``, a port that is not a number,
+            or a database that is not a number (which the client would silently read as 0).
+    """
+    if not isinstance(url, str) or not url.startswith(SCHEMES):
+        got = shown(url) if isinstance(url, str) else url
+        raise ConfigError(f"{what} must be a redis://, rediss:// or unix:// URL, got {got!r}")
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (read for its check)
+    except ValueError:
+        raise ConfigError(
+            f"{what}: the port must be a number from 0 to 65535, got {shown(url)!r}"
+        ) from None
+    databases = parse_qs(parts.query).get("db", [])
+    if parts.scheme != "unix" and parts.path.strip("/"):
+        databases.append(parts.path.strip("/"))
+    for database in databases:
+        if not database.isdigit():
+            raise ConfigError(
+                f"{what}: the database must be a number (redis://host:port/0), "
+                f"got {database!r} in {shown(url)!r}"
+            )
+    return url
+
+
+#: What Redis says when a client's database number does not exist.
+_NO_SUCH_DATABASE: Final = "DB index is out of range"
+
+
+def refusal(exc: BaseException) -> BaseException | None:
+    """The error (in ``exc``, or in the exception groups around it) by which Redis refused
+    this client for its URL: a wrong or missing password or user, or a database number the
+    server does not have. ``None`` for anything else (down, late, dropped)."""
+    import coredis.exceptions
+
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := refusal(inner)) is not None:
+                return found
+        return None
+    if isinstance(exc, coredis.exceptions.AuthenticationError):
+        return exc
+    if type(exc) is coredis.exceptions.ResponseError and str(exc).startswith(_NO_SUCH_DATABASE):
+        return exc
+    return None
+
+
+def refused(url: str, exc: BaseException) -> ConfigError:
+    """The ``ConfigError`` for Redis's ``refusal`` of the client made from ``url``."""
+    return ConfigError(
+        f"the Redis at {shown(url)} refused this client: {type(exc).__name__}: {exc} "
+        "(check the URL's user, password and database number)"
+    )
+
+
+def client_from(url: str, what: str = "url", **options: Any) -> Any:
+    """``coredis.Redis.from_url(url, **options)`` after ``checked_url``.
+
+    Raises:
+        ConfigError: what ``checked_url`` refuses, or an option the client cannot read.
+    """
+    import coredis
+
+    checked_url(url, what)
+    try:
+        return coredis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise ConfigError(f"{what}: {exc} in {shown(url)!r}") from None

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
     from .._runtime.facade import Engine
 
+#: How long one client may take to accept a list-changed notice before it is forgotten
+#: (until it lists again), so that a client that stopped reading holds up no other.
+NOTIFY_S = 5.0
 #: The one connection of a stdio gateway (HTTP connections are told apart by session id).
 STDIO = "stdio"
 
@@ -221,12 +224,21 @@ class Gateway:
         await self._bus.publish(ToolsListChanged())
 
     async def _notify_all(self) -> None:
-        for connection, session in list(self._sessions.items()):
+        # Side by side, each bounded: a client that stopped reading holds up only itself.
+        async with trio.open_nursery() as nursery:
+            for connection, session in list(self._sessions.items()):
+                nursery.start_soon(self._notify_one, connection, session)
+        await self._bus.publish(ToolsListChanged())
+
+    async def _notify_one(self, connection: str, session: ServerSession) -> None:
+        gone = False
+        with trio.move_on_after(NOTIFY_S) as waited:
             try:
                 await session.send_tool_list_changed()
             except (MCPError, trio.BrokenResourceError, trio.ClosedResourceError):
-                self._sessions.pop(connection, None)  # gone: forget it
-        await self._bus.publish(ToolsListChanged())
+                gone = True
+        if (gone or waited.cancelled_caught) and self._sessions.get(connection) is session:
+            del self._sessions[connection]  # forgotten until it lists again
 
 
 def _connection(ctx: ServerRequestContext[Any]) -> str:

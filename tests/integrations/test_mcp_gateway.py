@@ -296,6 +296,40 @@ async def _serving(gateway: Any, *, task_status: trio.TaskStatus[str]) -> None:
     await serve_http(gateway, port=0, task_status=task_status)
 
 
+class Session:
+    """A client connection's session as the notifier sees it: it takes the notice, never
+    reads again, or has gone."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.notified = 0
+
+    async def send_tool_list_changed(self) -> None:
+        if self.behaviour == "stalled":
+            await trio.sleep_forever()
+        if self.behaviour == "gone":
+            raise trio.BrokenResourceError
+        self.notified += 1
+
+
+async def test_a_client_that_stopped_reading_holds_up_no_other_notice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from toolroute._gateway.server import NOTIFY_S, Gateway
+
+    gateway = Gateway(live=Any, engine=Any)  # type: ignore[arg-type]  # the notifier uses neither
+    sessions = {name: Session(name) for name in ("stalled", "reading", "gone")}
+    gateway._sessions.update(sessions)  # type: ignore[arg-type]
+    started = trio.current_time()
+    with trio.fail_after(NOTIFY_S * 2):
+        await gateway._notify_all()
+    assert sessions["reading"].notified == 1
+    assert trio.current_time() - started == pytest.approx(NOTIFY_S)  # bounded, not for ever
+    assert list(gateway._sessions) == ["reading"]  # the others are forgotten till they list
+    await gateway._notify_all()
+    assert sessions["reading"].notified == 2
+
+
 def test_activations_keep_the_newest_within_the_limit_in_catalogue_order() -> None:
     from toolroute import Catalog, Tool
 

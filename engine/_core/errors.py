@@ -100,3 +100,21 @@ def given(value: object, chars: int = 60) -> str:
     if len(shown) > chars + 1:
         shown = f"{shown[:chars]}…"
     return f"{type(value).__name__} {shown}"
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """``error``'s innermost exceptions: itself, or every leaf of a group, in order."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
+def holds_only(group: BaseExceptionGroup[BaseException], error: BaseException) -> bool:
+    """Whether a nursery's ``group`` holds ``error`` and nothing else: ``error`` itself or,
+    when ``error`` is a group (from a nursery of the caller's), the copy trio made of it."""
+    found, mine = leaves(group), leaves(error)
+    return (
+        len(group.exceptions) == 1
+        and len(found) == len(mine)
+        and all(a is b for a, b in zip(found, mine, strict=True))
+    )

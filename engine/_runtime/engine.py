@@ -9,7 +9,6 @@ other services answer calls in the caller's task.
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,7 +18,7 @@ import trio
 from .._core.catalog.catalog import Catalog
 from .._core.catalog.dedup import DedupResult
 from .._core.config import EngineConfig
-from .._core.errors import ConfigError, EngineCrashed
+from .._core.errors import ConfigError, EngineCrashed, holds_only, leaves
 from .._core.events import FailOpen, new_query_key
 from .._core.protocols import (
     BuildsFastTier,
@@ -376,9 +375,9 @@ def _from_group(
     is raised as it is: it is never unwrapped. A caller's error that is itself a group (from
     a nursery of the caller's) is known by its leaves: trio passes on a copy of it.
     """
-    mine = _leaves(body_error) if body_error is not None else []
-    if body_error is not None and _same(_leaves(group), mine) and len(group.exceptions) == 1:
+    if body_error is not None and holds_only(group, body_error):
         return body_error
+    mine = leaves(body_error) if body_error is not None else []
     internal = group.split(lambda exc: exc is body_error or any(exc is m for m in mine))[1]
     if internal is not None and internal.subgroup(
         lambda exc: not isinstance(exc, Exception | BaseExceptionGroup)
@@ -391,16 +390,6 @@ def _from_group(
         failure = _first_leaf(internal if internal is not None else group)
         message = f"an engine service failed: {type(failure).__name__}: {failure}"
     return EngineCrashed(message)
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
-
-
-def _same(errors: list[BaseException], others: list[BaseException]) -> bool:
-    return len(errors) == len(others) and all(map(operator.is_, errors, others))
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:

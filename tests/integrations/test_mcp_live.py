@@ -236,3 +236,11 @@ def test_a_listing_with_a_name_twice_or_a_malformed_tool_serves_the_rest() -> No
     assert catalog.ids == ("a__x", "y", "b__x")
     assert catalog["a__x"].description == "first"
     assert skipped == {"a": 2}
+
+
+async def test_a_group_from_the_callers_own_nursery_passes_through_as_it_came() -> None:
+    mine = ValueError("the caller's own mistake")
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with open_mcp_catalog([], config=QUICK), trio.open_nursery():
+            raise mine
+    assert caught.value.exceptions == (mine,)  # the caller's group, not one more around it

@@ -19,7 +19,7 @@ import trio
 from mcp.shared.dispatcher import ProgressFnT
 
 from ..._core.catalog.catalog import Catalog, Tool
-from ..._core.errors import CatalogError, ConfigError, ToolrouteError
+from ..._core.errors import CatalogError, ConfigError, ToolrouteError, holds_only
 from .config import McpServerConfig, read_mcp_config
 
 if TYPE_CHECKING:
@@ -267,6 +267,6 @@ async def open_mcp_catalog(
             finally:
                 nursery.cancel_scope.cancel("the live MCP catalogue closed")
     except BaseExceptionGroup as group:
-        if body_error is not None and group.exceptions == (body_error,):
+        if body_error is not None and holds_only(group, body_error):
             raise body_error from None  # the caller's own error, as itself
         raise

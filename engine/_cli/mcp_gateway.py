@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core.errors import ConfigError, ToolrouteError
-from .inputs import positive_int
+from .inputs import positive_float, positive_int
 
 
 def add_mcp_command(commands: Any) -> None:
@@ -40,6 +40,12 @@ def add_mcp_command(commands: Any) -> None:
         default=64,
         help="tools a client's list holds besides the gateway's own (64)",
     )
+    mcp.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds a server has to start and list its tools before it is down (30)",
+    )
     mcp.set_defaults(run=run_mcp)
 
 
@@ -56,7 +62,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     from .._core.config import DedupConfig, EngineConfig
     from .._gateway.run import open_gateway, serve_http, serve_stdio
-    from ..integrations.mcp import read_mcp_config
+    from ..integrations.mcp import McpConfig, read_mcp_config
 
     servers = read_mcp_config(args.config)  # a mistake in the file fails here, in one line
     if not servers:  # said before a model loads
@@ -79,7 +85,11 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         async with open_gateway(
-            servers, engine_config=config, embedder=embedder, limit=args.max_active
+            servers,
+            engine_config=config,
+            embedder=embedder,
+            mcp_config=McpConfig(connect_s=args.connect_timeout),
+            limit=args.max_active,
         ) as gateway:
             if args.transport == "stdio":
                 await serve_stdio(gateway)

@@ -393,6 +393,30 @@ def _crashing_server(tmp_path: Path) -> dict[str, Any]:
     return {"command": sys.executable, "args": [str(script)]}
 
 
+def test_connect_timeout_bounds_how_long_a_server_hanging_at_start_holds_the_gateway(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "hang_at_start.py"
+    script.write_text("import time\ntime.sleep(600)\n")
+    config = tmp_path / "servers.json"
+    config.write_text(
+        json.dumps({"mcpServers": {"x": {"command": sys.executable, "args": [str(script)]}}})
+    )
+    done = subprocess.run(
+        _gateway_command(config, "--connect-timeout", "0.5"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_S,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        "'x' failed to start (TimeoutError: did not start and list its tools within 0.5 s)"
+        in done.stderr
+    )
+
+
 @pytest.mark.parametrize(
     ("servers", "expected"),
     [

@@ -13,6 +13,7 @@ import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -62,6 +63,16 @@ async def wait_until_up(shared: RedisStores) -> None:
             await trio.sleep(0.05)
 
 
+def delivered(deliveries: Any) -> list[Any]:
+    """The events already waiting in a subscription, without waiting for more."""
+    events = []
+    while True:
+        try:
+            events.append(deliveries.receive_nowait().event)
+        except trio.WouldBlock:
+            return events
+
+
 async def timed_step(engine: object, text: str, session: str, **options: object) -> float:
     started = time.monotonic()
     step = await engine.prepare_step(text, session=session, **options)  # type: ignore[attr-defined]
@@ -100,12 +111,7 @@ async def test_a_slow_redis_costs_a_step_at_most_the_deadline(
         proxy.delay_s = 5.0  # each answer comes 5 s late
         async with node.engine.subscribe() as deliveries:
             latencies = [await timed_step(node.engine, "send an email", "s") for _ in range(5)]
-            events = []
-            while True:
-                try:
-                    events.append(deliveries.receive_nowait().event)
-                except trio.WouldBlock:
-                    break
+            events = delivered(deliveries)
         assert max(latencies) < LOOSE_S
         # One outage, said once (a step that waited past lock_wait_s for the first step's
         # late release says so too, as a "session turn").
@@ -220,12 +226,7 @@ async def test_another_programs_keys_in_the_namespace_fail_their_calls_not_the_l
             await timed_step(a.engine, "book a flight", "theirs")  # on a's own copy
             await trio.sleep(1)  # the followers read their streams (refused) again and again
             step = await b.engine.prepare_step("book a flight", session="trip")
-            events = []
-            while True:
-                try:
-                    events.append(deliveries.receive_nowait().event)
-                except trio.WouldBlock:
-                    break
+            events = delivered(deliveries)
         assert "mail" in step.active_sets  # the session was shared all along
         for node in (a, b):
             stats = node.shared.statistics()

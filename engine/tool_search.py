@@ -34,6 +34,7 @@ from ._core.select.access import ToolAccess as _ToolAccess
 from ._core.select.access import request_access as _request_access
 from ._core.select.arguments import count as _count
 from ._core.select.policy import Policy as _Policy
+from ._core.select.search_tool import NAME as _SEARCH_NAME
 from ._core.select.vendor_search import SearchCall as SearchCall
 from ._core.select.vendor_search import answer as _answer
 from ._core.select.vendor_search import check_vendor as _check_vendor
@@ -84,7 +85,13 @@ class ToolSearch:
         self._engine = engine
         self.vendor = _check_vendor(vendor)
         self._keep = tuple(keep)
-        self._tools = mark_deferred(self.vendor, tools, keep=self._keep)
+        # A list that already has the search tool (the host's own, or a list ``tools()``
+        # returned) is sent without a second one: the vendors refuse a tool named twice.
+        self._tools = [
+            tool
+            for tool in mark_deferred(self.vendor, tools, keep=self._keep)
+            if not _is_search_tool(self.vendor, tool)
+        ]
         # Found tools are answered as the request lists them, deferred: the vendor compares.
         self._definitions = {
             name: definition
@@ -168,6 +175,12 @@ class ToolSearch:
         if self._coverage is None or self._coverage[0] is not served:
             self._coverage = (served, any(i not in self._names for i in served.ids))
         return self._coverage[1]
+
+
+def _is_search_tool(vendor: str, tool: _Mapping[str, _Any]) -> bool:
+    if vendor == "anthropic":
+        return tool.get("name") == _SEARCH_NAME and tool.get("type") in (None, "custom")
+    return tool.get("type") == "tool_search" and tool.get("execution") == "client"
 
 
 def _names_of(

@@ -144,15 +144,19 @@ def search_strategy(engine: object, *, k: int = 10) -> SearchStrategy:
         ctx: RunContext[Any], queries: Sequence[str], tools: Sequence[ToolDefinition]
     ) -> list[str]:
         deferred = {tool.name for tool in tools}
+        catalog = router.engine.catalog.tools
+        # Ranked among the deferred tools only: tools sent loaded are in the catalogue too,
+        # and must not take the places of the deferred ones the query matches.
+        allow = [tool.id for tool in catalog if tool.name in deferred]
         found: dict[str, None] = {}
         for query in queries:
-            if not query.strip():
+            if not query.strip() or not allow:
                 continue
-            answer = await router.engine.search_tools({"query": query}, k=k)
+            answer = await router.engine.search_tools({"query": query}, k=k, allow=allow)
             for tool in answer["tools"]:
                 if tool["name"] in deferred:
                     found.setdefault(tool["name"], None)
-        known = {tool.name for tool in router.engine.catalog.tools}
+        known = {tool.name for tool in catalog}
         found.update(dict.fromkeys(t.name for t in tools if t.name not in known))
         return list(found)
 

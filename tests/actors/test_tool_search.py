@@ -19,7 +19,7 @@ from toolroute._core.config import Deadlines, DedupConfig, SelectionDefaults, Wa
 from toolroute._core.errors import EngineCrashed
 from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
-from toolroute.tool_search import ToolSearch
+from toolroute.tool_search import ToolSearch, search_tool
 
 WORDS = ["weather", "email", "issue", "calendar", "file", "song", "flight", "invoice"]
 EMBEDDER_FAULTS = ("ok", "raise", "hang", "nan")
@@ -196,6 +196,23 @@ async def test_kept_tools_are_sent_loaded_and_never_answered() -> None:
     assert "defer_loading" not in sent["search_tools"]
     assert len(names) == 3
     assert "get_forecast" not in names
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+async def test_a_list_that_already_has_the_search_tool_sends_it_once(vendor: str) -> None:
+    # A host that keeps the search tool in its own list (search_tool() appended, or the list
+    # search.tools() returned): the vendors refuse a request naming a tool twice.
+    async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
+        tools = [*host_tools(vendor, DEMO), search_tool(vendor)]
+        sent = ToolSearch(engine, vendor, tools).tools()
+        again = ToolSearch(engine, vendor, sent).tools()
+    for request in (sent, again):
+        searches = [
+            t for t in request if t.get("name") == "search_tools" or t.get("type") == "tool_search"
+        ]
+        assert len(searches) == 1
+        assert request[-1] == search_tool(vendor)
+        assert len(request) == len(DEMO) + 1
 
 
 async def test_names_are_matched_by_id_or_by_an_unambiguous_name() -> None:

@@ -21,8 +21,10 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import ToolDefinition
 
 from toolroute import ConfigError
+from toolroute import Tool as Tool_
 from toolroute.integrations.pydantic_ai import RouteTools, search_strategy
 
 
@@ -143,3 +145,21 @@ def test_the_adapter_refuses_a_trio_engine_and_an_unknown_mode() -> None:
                 RouteTools(engine, on_hidden_call="ignore")  # type: ignore[arg-type]
 
     asyncio.run(main())
+
+
+def test_the_search_ranks_among_the_deferred_tools_only() -> None:
+    # Tools sent loaded are in the catalogue too; ranking them must not push the deferred
+    # tools the query matches out of the answer.
+    shown = [
+        Tool_(name, name, description="weather report forecast for a city")
+        for name in (f"weather_report_{i}" for i in range(12))
+    ]
+    deferred = Tool_("weather_alerts", "weather_alerts", description="weather alerts for a city")
+
+    async def main() -> list[str]:
+        async with asyncio_engine([*shown, deferred]) as engine:
+            strategy = search_strategy(engine, k=3)
+            tools = [ToolDefinition(name="weather_alerts", description="weather alerts")]
+            return await strategy(None, ["weather report forecast"], tools)  # type: ignore[arg-type]
+
+    assert asyncio.run(main()) == ["weather_alerts"]

@@ -228,6 +228,27 @@ def test_dicts_of_every_format_and_tools_mix() -> None:
     assert all(t.parameters == {"type": "object"} for t in catalog.tools[1:])
 
 
+def test_an_openai_namespace_is_read_as_its_member_functions() -> None:
+    # Responses API ``namespace`` tools group functions; the model calls (and tool search
+    # loads) the members, so the catalogue holds them, with the namespace as their server.
+    namespace = {
+        "type": "namespace",
+        "name": "crm",
+        "description": "customer records",
+        "tools": [
+            {"type": "function", "name": "crm_lookup", "parameters": {"type": "object"}},
+            {"type": "function", "name": "crm_update", "parameters": {"type": "object"}},
+        ],
+    }
+    plain = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    catalog = Catalog.from_tools([plain, namespace])
+    assert catalog.ids == ("f", "crm_lookup", "crm_update")
+    assert [t.server for t in catalog] == [None, "crm", "crm"]
+    assert [t.server for t in Catalog.from_tools([namespace], server="mine")] == ["mine"] * 2
+    with pytest.raises(CatalogError, match=r"tool 0 \('crm'\): field 'tools' must be a list"):
+        Catalog.from_tools([{"type": "namespace", "name": "crm", "tools": "crm_lookup"}])
+
+
 def test_a_malformed_dict_names_the_tool_and_field() -> None:
     with pytest.raises(CatalogError, match=r"tool 1 \('b'\): field 'description' must be"):
         Catalog.from_tools([{"name": "a"}, {"name": "b", "description": 5}])

@@ -147,7 +147,8 @@ class Catalog:
     def from_tools(cls, tools: Iterable[object], *, server: str | None = None) -> Catalog:
         """Tools as a program or an agent framework holds them, in any mix.
 
-        Each item may be a ``Tool``; a definition dict in any supported format; an OpenAI
+        Each item may be a ``Tool``; a definition dict in any supported format (an OpenAI
+        Responses ``namespace`` gives its member functions, the namespace as their server); an OpenAI
         Agents SDK ``FunctionTool``; a Pydantic AI ``ToolDefinition`` or ``Tool``; a
         LangChain ``BaseTool`` (the JSON Schema of its ``tool_call_schema``); an MCP SDK
         ``Tool``; or a plain Python function (its name, its docstring's summary, and a JSON

@@ -7,7 +7,8 @@
   ``args_schema``;
 - MCP SDK ``Tool`` and any other pydantic model: its ``model_dump(by_alias=True)``, read as a
   definition dict;
-- plain Python functions (see ``functions``).
+- plain Python functions (see ``functions``);
+- an OpenAI Responses ``namespace`` tool: its member functions, the namespace as their server.
 """
 
 from __future__ import annotations
@@ -36,8 +37,26 @@ def read_tools(tools: Iterable[object], *, server: str | None = None) -> list[To
     """
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
         raise CatalogError(f"expected a list of tools ({EXPECTED}), got {type(tools).__name__}")
-    read = [read_tool(index, tool, server) for index, tool in enumerate(tools)]
+    read: list[Tool] = []
+    for index, tool in enumerate(tools):
+        if isinstance(tool, Mapping) and tool.get("type") == "namespace":
+            read.extend(_namespace_members(index, tool, server))
+        else:
+            read.append(read_tool(index, tool, server))
     return readers.qualify_clashes(read)
+
+
+def _namespace_members(index: int, namespace: Mapping[str, Any], server: str | None) -> list[Tool]:
+    """An OpenAI Responses ``namespace`` tool: its member functions, the namespace as their
+    server (the model calls the members; tool search loads them)."""
+    name, members = namespace.get("name"), namespace.get("tools")
+    if not isinstance(members, list):
+        raise CatalogError(
+            f"tool {index} ({name!r}): field 'tools' must be a list of the namespace's "
+            f"functions, got {type(members).__name__}"
+        )
+    owner = server if server is not None else (name if isinstance(name, str) and name else None)
+    return [readers.read_item(index, member, server=owner) for member in members]
 
 
 def read_tool(index: int, tool: object, server: str | None = None) -> Tool:

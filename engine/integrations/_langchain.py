@@ -38,6 +38,14 @@ def _tool_name(tool: BaseTool | dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None  # a provider's built-in tool: no name
 
 
+def _state_messages(state: Any) -> list[Any]:
+    """The messages of the agent state a tool node holds (a dict, a list or a model)."""
+    messages = state.get("messages") if isinstance(state, Mapping) else state
+    if not isinstance(messages, list):
+        messages = getattr(state, "messages", None)
+    return messages if isinstance(messages, list) else []
+
+
 def _session(messages: list[Any]) -> str | None:
     """The conversation's id: the graph's ``thread_id``, else its first message's id."""
     try:
@@ -81,7 +89,8 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> None:
         super().__init__()
         self._router = StepRouter(engine, "ToolRouteMiddleware", on_hidden_call, search_tool)
-        self._hidden: OrderedDict[str, _Hidden] = OrderedDict()
+        # Keyed by session and call id: a call id is unique only within its conversation.
+        self._hidden: OrderedDict[tuple[str | None, str], _Hidden] = OrderedDict()
 
     async def awrap_model_call(
         self,
@@ -119,7 +128,7 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
                 if self._router.mode == "activate":
                     self._router.activations.activate(session, call["name"])
                     continue
-                self._hidden[call["id"]] = _Hidden(session, shown, search_tool)
+                self._hidden[(session, call["id"])] = _Hidden(session, shown, search_tool)
                 while len(self._hidden) > _MAX_PENDING:
                     self._hidden.popitem(last=False)
 
@@ -129,7 +138,10 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
-        hidden = self._hidden.pop(call["id"], None) if call["id"] is not None else None
+        hidden = None
+        if call["id"] is not None:
+            key = (_session(_state_messages(request.state)), call["id"])
+            hidden = self._hidden.pop(key, None)
         if hidden is None:
             return await handler(request)
         return ToolMessage(

@@ -180,3 +180,54 @@ def test_the_middleware_refuses_a_trio_engine_and_an_unknown_mode() -> None:
                 retrieve_tools(engine, k=0)
 
     asyncio.run(main())
+
+
+def test_conversations_whose_models_reuse_a_call_id_keep_their_own_verdicts() -> None:
+    # A call id is unique only within its conversation (scripted and many local models number
+    # them). One middleware serves two threads: A's model calls a hidden tool as ``call_1``,
+    # then B's model calls a shown one as ``call_1`` and B's tool node runs first. B's tool
+    # must run and A's must be refused, not the other way round.
+    from langchain.agents.middleware import AgentMiddleware
+
+    a_judged, b_done = asyncio.Event(), asyncio.Event()
+
+    class HoldA(AgentMiddleware[Any, Any, Any]):
+        """Holds thread A between its model's response (judged) and its tool node."""
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            response = await handler(request)
+            if not b_done.is_set():
+                a_judged.set()
+                await b_done.wait()
+            return response
+
+    model_a = ScriptedChatModel(
+        responses=[call("send_email", "call_1", to="a", subject="b"), AIMessage("done")], bound=[]
+    )
+    model_b = ScriptedChatModel(
+        responses=[call("get_weather", "call_1", city="Oslo"), AIMessage("done")], bound=[]
+    )
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with asyncio_engine() as engine:
+            routing = ToolRouteMiddleware(engine)
+            agent_a = create_agent(model_a, tools=TOOLS, middleware=[HoldA(), routing])
+            agent_b = create_agent(model_b, tools=TOOLS, middleware=[routing])
+            prompt = {"messages": [HumanMessage("what is the weather forecast in Oslo")]}
+
+            async def run_b() -> dict[str, Any]:
+                try:
+                    await a_judged.wait()
+                    return await agent_b.ainvoke(prompt, {"configurable": {"thread_id": "B"}})
+                finally:
+                    b_done.set()
+
+            a, b = await asyncio.gather(
+                agent_a.ainvoke(prompt, {"configurable": {"thread_id": "A"}}), run_b()
+            )
+            return list(a["messages"]), list(b["messages"])
+
+    a_messages, b_messages = asyncio.run(main())
+    assert RAN == ["get_weather"]
+    assert tool_messages(b_messages)["get_weather"].status == "success"
+    assert tool_messages(a_messages)["send_email"].status == "error"

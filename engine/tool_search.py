@@ -38,9 +38,11 @@ from ._core.select.vendor_search import SearchCall as SearchCall
 from ._core.select.vendor_search import answer as _answer
 from ._core.select.vendor_search import check_vendor as _check_vendor
 from ._core.select.vendor_search import definitions_by_name as _definitions_by_name
+from ._core.select.vendor_search import is_search_tool as _is_search_tool
 from ._core.select.vendor_search import mark_deferred as mark_deferred
 from ._core.select.vendor_search import read_call as read_call
 from ._core.select.vendor_search import search_tool as search_tool
+from ._core.select.vendor_search import tool_names as _tool_names
 
 __all__ = ["SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"]
 
@@ -58,7 +60,7 @@ class ToolSearch:
         vendor: ``anthropic`` or ``openai`` (Responses).
         tools: the host's tool list in that vendor's format. A found tool is answered only
             if this list has it, by id or, when unambiguous, by name: the vendor can load
-            nothing else.
+            nothing else. A search tool already in the list is replaced by this one.
         k: how many tools an answer names, unless the model asks for fewer.
         keep: names of tools to send loaded (not deferred); an answer never names them,
             since the model already has them.
@@ -67,8 +69,9 @@ class ToolSearch:
     Build one per tool list: the list's names are matched to the catalogue's tools once.
 
     Raises:
-        ConfigError: an unknown vendor, ``tools`` is not a list of tool objects, ``k`` is
-            not a positive integer, or ``tenant`` is not a ``ToolAccess``.
+        ConfigError: an unknown vendor, ``tools`` is not a list of that vendor's tool
+            objects (another vendor's shape is named), ``keep`` is not a list of names, ``k``
+            is not a positive integer, or ``tenant`` is not a ``ToolAccess``.
     """
 
     def __init__(
@@ -83,8 +86,13 @@ class ToolSearch:
     ) -> None:
         self._engine = engine
         self.vendor = _check_vendor(vendor)
-        self._keep = tuple(keep)
-        self._tools = mark_deferred(self.vendor, tools, keep=self._keep)
+        self._keep = _tool_names(keep, "keep")
+        # ``tools()`` adds the search tool: one already in the host's list would be sent twice.
+        self._tools = [
+            tool
+            for tool in mark_deferred(self.vendor, tools, keep=self._keep)
+            if not _is_search_tool(self.vendor, tool)
+        ]
         # Found tools are answered as the request lists them, deferred: the vendor compares.
         self._definitions = {
             name: definition

@@ -19,7 +19,7 @@ from toolroute._core.config import Deadlines, DedupConfig, SelectionDefaults, Wa
 from toolroute._core.errors import EngineCrashed
 from toolroute._runtime.engine import open_engine
 from toolroute.providers import HashingEmbedder
-from toolroute.tool_search import ToolSearch
+from toolroute.tool_search import ToolSearch, search_tool
 
 WORDS = ["weather", "email", "issue", "calendar", "file", "song", "flight", "invoice"]
 EMBEDDER_FAULTS = ("ok", "raise", "hang", "nan")
@@ -256,6 +256,21 @@ async def test_caller_mistakes_are_raised_not_answered() -> None:
         ToolSearch(engine, "gemini", [])
     with pytest.raises(ConfigError, match="k must be"):
         ToolSearch(engine, "openai", [], k=0)
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+async def test_a_search_tool_already_in_the_hosts_list_is_sent_once(vendor: str) -> None:
+    # Two tools of one name (two tool_search tools) make the vendor refuse the request.
+    hosted = {"type": "tool_search"} if vendor == "openai" else search_tool(vendor)
+    async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
+        search = ToolSearch(engine, vendor, [hosted, *host_tools(vendor, DEMO)])
+        sent = search.tools()
+    searches = [
+        t for t in sent if t.get("name") == "search_tools" or t.get("type") == "tool_search"
+    ]
+    assert searches == [search_tool(vendor)]
+    assert sent[-1] == search_tool(vendor)
+    assert len(sent) == len(DEMO) + 1
 
 
 async def test_a_call_without_a_query_never_reaches_the_engine() -> None:

@@ -106,24 +106,28 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         ]
         response = await handler(request.override(tools=shown_tools))
         shown = tuple(name for tool in shown_tools if (name := _tool_name(tool)) is not None)
+        hidden = {_tool_name(tool) for tool in request.tools} - set(shown)
         search = self._router.search_tool if self._router.search_tool in shown else None
-        self._judge(response.result, shown, session, search)
+        self._judge(response.result, shown, hidden, session, search)
         return response
 
     def _judge(
         self,
         messages: list[BaseMessage],
         shown: tuple[str, ...],
+        hidden: set[str | None],
         session: str | None,
         search_tool: str | None,
     ) -> None:
-        """Read the model's calls: each one to a tool it was not shown is decided now, by the
-        rule, and carried out when the tool node reaches it."""
+        """Read the model's calls: each one to a tool it was not shown (one of ``hidden``)
+        is decided now, by the rule, and carried out when the tool node reaches it. Calls to
+        names the request did not offer (a structured-output tool, an unknown name) are left
+        to LangChain: the tool node may never see them."""
         for message in messages:
             if not isinstance(message, AIMessage):
                 continue
             for call in message.tool_calls:
-                if call["name"] in shown or call["id"] is None:
+                if call["name"] not in hidden or call["id"] is None:
                     continue
                 if self._router.mode == "activate":
                     self._router.activations.activate(session, call["name"])

@@ -231,3 +231,48 @@ def test_conversations_whose_models_reuse_a_call_id_keep_their_own_verdicts() ->
     assert RAN == ["get_weather"]
     assert tool_messages(b_messages)["get_weather"].status == "success"
     assert tool_messages(a_messages)["send_email"].status == "error"
+
+
+def test_a_structured_output_call_leaves_no_verdict_behind() -> None:
+    # The structured-output tool is bound by the model node, not offered in ``request.tools``,
+    # and the tool node never runs it: a verdict kept for it would be met by the next call
+    # that reuses its id in the thread (here: a shown tool, which must run).
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Forecast(BaseModel):
+        """The forecast, as the answer."""
+
+        summary: str
+
+    model = ScriptedChatModel(
+        responses=[
+            AIMessage(
+                "", tool_calls=[{"name": "Forecast", "args": {"summary": "sun"}, "id": "c1"}]
+            ),
+            call("get_weather", "c1", city="Oslo"),
+            AIMessage(
+                "", tool_calls=[{"name": "Forecast", "args": {"summary": "sun"}, "id": "c2"}]
+            ),
+        ],
+        bound=[],
+    )
+
+    async def main() -> tuple[Any, list[Any]]:
+        async with asyncio_engine() as engine:
+            agent = create_agent(
+                model,
+                tools=TOOLS,
+                middleware=[ToolRouteMiddleware(engine)],
+                response_format=ToolStrategy(Forecast),
+            )
+            thread = {"configurable": {"thread_id": "t"}}
+            prompt = {"messages": [HumanMessage("what is the weather forecast in Oslo")]}
+            first = await agent.ainvoke(prompt, thread)
+            second = await agent.ainvoke(prompt, thread)
+            return first["structured_response"], list(second["messages"])
+
+    answer, messages = asyncio.run(main())
+    assert answer.summary == "sun"
+    assert RAN == ["get_weather"]
+    assert tool_messages(messages)["get_weather"].status == "success"

@@ -273,6 +273,35 @@ async def test_a_search_tool_already_in_the_hosts_list_is_sent_once(vendor: str)
     assert len(sent) == len(DEMO) + 1
 
 
+async def test_namespace_members_of_one_name_are_found_each_in_its_namespace() -> None:
+    # OpenAI calls a namespace member by namespace and name: ``search`` may be in both.
+    def member(name: str, description: str) -> dict[str, Any]:
+        return {"type": "function", "name": name, "description": description}
+
+    listed = [
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "Customer records",
+            "tools": [member("search", "Search customer records by name or email")],
+        },
+        {
+            "type": "namespace",
+            "name": "docs",
+            "description": "Product documentation",
+            "tools": [member("search", "Search the product documentation pages")],
+        },
+        member("get_forecast", "Daily weather forecast for a city"),
+    ]
+    async with open_engine(Catalog.from_tools(listed), config=KEYWORD, embedder=None) as engine:
+        search = ToolSearch(engine, "openai", listed, k=1)
+        for query, namespace in [("customer records", "crm"), ("documentation pages", "docs")]:
+            answer = await search.answer(call("openai", query))
+            [item] = answer["tools"]
+            assert (item["name"], [t["name"] for t in item["tools"]]) == (namespace, ["search"])
+            assert query in item["tools"][0]["description"]
+
+
 async def test_a_call_without_a_query_never_reaches_the_engine() -> None:
     async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
         broken = FailingEngine(engine, EngineCrashed("unused"))

@@ -193,23 +193,40 @@ def definitions_by_name(
     vendor: str, tools: Sequence[Mapping[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """The host's function tools by the name the model calls them, search tools left out;
-    an OpenAI namespace member by its own name, as its namespace holding only it.
+    an OpenAI namespace member by its own name, as its namespace holding only it (of two
+    namespaces' members of one name, the later).
+
+    Raises:
+        ConfigError: as ``mark_deferred``.
+    """
+    return {name: definition for _, name, definition in listed_definitions(vendor, tools)}
+
+
+def listed_definitions(
+    vendor: str, tools: Sequence[Mapping[str, Any]]
+) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """The host's function tools as ``(namespace, name, definition)``, in list order, search
+    tools left out: the namespace is ``None`` but for OpenAI namespace members, whose
+    definition is their namespace holding only them.
 
     Raises:
         ConfigError: as ``mark_deferred``.
     """
     vendor = check_vendor(vendor)
-    found: dict[str, dict[str, Any]] = {}
+    found: list[tuple[str | None, str, dict[str, Any]]] = []
     for index, tool in enumerate(_tool_list(vendor, tools)):
         if vendor == "openai" and tool.get("type") == "namespace":
             # A member loads inside its namespace: the output item is the namespace with
             # the members found (openai-agents reads namespaces back from tool_search_output).
             shell = {k: v for k, v in tool.items() if k != "tools"}
-            for member in tool.get("tools", []):
-                if isinstance(member, Mapping) and isinstance(member.get("name"), str):
-                    found[member["name"]] = {**shell, "tools": [dict(member)]}
+            namespace = tool.get("name") if isinstance(tool.get("name"), str) else None
+            found.extend(
+                (namespace, member["name"], {**shell, "tools": [dict(member)]})
+                for member in tool.get("tools", [])
+                if isinstance(member, Mapping) and isinstance(member.get("name"), str)
+            )
         elif _is_function(vendor, tool, index) and tool.get("name") != NAME:
-            found[str(tool["name"])] = dict(tool)
+            found.append((None, str(tool["name"]), dict(tool)))
     return found
 
 
@@ -296,7 +313,9 @@ def _check_openai(index: int, tool: Mapping[str, Any]) -> None:
             "is a Responses API feature"
         )
     if not isinstance(tool.get("type"), str):
-        anthropic = " (an Anthropic tool: pass vendor='anthropic')" if "input_schema" in tool else ""
+        anthropic = (
+            " (an Anthropic tool: pass vendor='anthropic')" if "input_schema" in tool else ""
+        )
         raise ConfigError(
             f"tool {index}: expected a Responses API tool ({{'type': 'function', 'name', ...}}), "
             f"got one without a 'type', keys {sorted(tool)[:8]}{anthropic}"

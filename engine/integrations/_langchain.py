@@ -108,7 +108,10 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         shown = tuple(name for tool in shown_tools if (name := _tool_name(tool)) is not None)
         hidden = {_tool_name(tool) for tool in request.tools} - set(shown)
         search = self._router.search_tool if self._router.search_tool in shown else None
-        self._judge(response.result, shown, hidden, session, search)
+        # The tool node knows the conversation by the graph's state, not by what an outer
+        # middleware passed the model (trimmed, summarised): verdicts are kept under that.
+        thread = _session(_state_messages(request.state) or request.messages)
+        self._judge(response.result, shown, hidden, session, thread, search)
         return response
 
     def _judge(
@@ -117,6 +120,7 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         shown: tuple[str, ...],
         hidden: set[str | None],
         session: str | None,
+        thread: str | None,
         search_tool: str | None,
     ) -> None:
         """Read the model's calls: each one to a tool it was not shown (one of ``hidden``)
@@ -132,7 +136,7 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
                 if self._router.mode == "activate":
                     self._router.activations.activate(session, call["name"])
                     continue
-                self._hidden[(session, call["id"])] = _Hidden(session, shown, search_tool)
+                self._hidden[(thread, call["id"])] = _Hidden(session, shown, search_tool)
                 while len(self._hidden) > _MAX_PENDING:
                     self._hidden.popitem(last=False)
 

@@ -276,3 +276,30 @@ def test_a_structured_output_call_leaves_no_verdict_behind() -> None:
     assert answer.summary == "sun"
     assert RAN == ["get_weather"]
     assert tool_messages(messages)["get_weather"].status == "success"
+
+
+def test_a_hidden_call_is_refused_when_an_outer_middleware_trims_the_models_messages() -> None:
+    # Without a thread, the conversation is known by its first message; a middleware ahead
+    # of the router that passes the model only the latest messages must not make the tool
+    # node miss the verdict (and run the hidden tool).
+    from langchain.agents.middleware import AgentMiddleware
+
+    class KeepLast(AgentMiddleware[Any, Any, Any]):
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request.override(messages=request.messages[-1:]))
+
+    model = ScriptedChatModel(
+        responses=[call("send_email", "c1", to="a", subject="b"), AIMessage("done")], bound=[]
+    )
+
+    async def main() -> list[Any]:
+        async with asyncio_engine() as engine:
+            agent = create_agent(
+                model, tools=TOOLS, middleware=[KeepLast(), ToolRouteMiddleware(engine)]
+            )
+            prompt = [HumanMessage("hello"), HumanMessage("what is the weather forecast in Oslo")]
+            return list((await agent.ainvoke({"messages": prompt}))["messages"])
+
+    messages = asyncio.run(main())
+    assert RAN == []
+    assert tool_messages(messages)["send_email"].status == "error"

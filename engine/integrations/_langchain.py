@@ -97,7 +97,9 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        session = _session(request.messages)
+        # The conversation as the graph's state holds it, not as an outer middleware passed
+        # it to the model (trimmed, summarised): the tool node knows it by the state too.
+        session = _session(_state_messages(request.state) or request.messages)
         narrowed = await self._router.narrow(request.messages, session)
         shown_tools = [
             tool
@@ -108,10 +110,7 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         shown = tuple(name for tool in shown_tools if (name := _tool_name(tool)) is not None)
         hidden = {_tool_name(tool) for tool in request.tools} - set(shown)
         search = self._router.search_tool if self._router.search_tool in shown else None
-        # The tool node knows the conversation by the graph's state, not by what an outer
-        # middleware passed the model (trimmed, summarised): verdicts are kept under that.
-        thread = _session(_state_messages(request.state) or request.messages)
-        self._judge(response.result, shown, hidden, session, thread, search)
+        self._judge(response.result, shown, hidden, session, search)
         return response
 
     def _judge(
@@ -120,7 +119,6 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         shown: tuple[str, ...],
         hidden: set[str | None],
         session: str | None,
-        thread: str | None,
         search_tool: str | None,
     ) -> None:
         """Read the model's calls: each one to a tool it was not shown (one of ``hidden``)
@@ -136,7 +134,7 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
                 if self._router.mode == "activate":
                     self._router.activations.activate(session, call["name"])
                     continue
-                self._hidden[(thread, call["id"])] = _Hidden(session, shown, search_tool)
+                self._hidden[(session, call["id"])] = _Hidden(session, shown, search_tool)
                 while len(self._hidden) > _MAX_PENDING:
                     self._hidden.popitem(last=False)
 

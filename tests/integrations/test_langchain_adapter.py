@@ -278,10 +278,11 @@ def test_a_structured_output_call_leaves_no_verdict_behind() -> None:
     assert tool_messages(messages)["get_weather"].status == "success"
 
 
-def test_a_hidden_call_is_refused_when_an_outer_middleware_trims_the_models_messages() -> None:
+@pytest.mark.parametrize("mode", ["refuse", "activate"])
+def test_the_rule_holds_when_an_outer_middleware_trims_the_models_messages(mode: str) -> None:
     # Without a thread, the conversation is known by its first message; a middleware ahead
     # of the router that passes the model only the latest messages must not make the tool
-    # node miss the verdict (and run the hidden tool).
+    # node miss the verdict (and run the hidden tool), nor lose an activation.
     from langchain.agents.middleware import AgentMiddleware
 
     class KeepLast(AgentMiddleware[Any, Any, Any]):
@@ -289,17 +290,25 @@ def test_a_hidden_call_is_refused_when_an_outer_middleware_trims_the_models_mess
             return await handler(request.override(messages=request.messages[-1:]))
 
     model = ScriptedChatModel(
-        responses=[call("send_email", "c1", to="a", subject="b"), AIMessage("done")], bound=[]
+        responses=[
+            call("send_email", "c1", to="a", subject="b"),
+            call("get_weather", "c2", city="Oslo"),
+            AIMessage("done"),
+        ],
+        bound=[],
     )
 
     async def main() -> list[Any]:
         async with asyncio_engine() as engine:
-            agent = create_agent(
-                model, tools=TOOLS, middleware=[KeepLast(), ToolRouteMiddleware(engine)]
-            )
+            routing = ToolRouteMiddleware(engine, on_hidden_call=mode)  # type: ignore[arg-type]
+            agent = create_agent(model, tools=TOOLS, middleware=[KeepLast(), routing])
             prompt = [HumanMessage("hello"), HumanMessage("what is the weather forecast in Oslo")]
             return list((await agent.ainvoke({"messages": prompt}))["messages"])
 
     messages = asyncio.run(main())
-    assert RAN == []
-    assert tool_messages(messages)["send_email"].status == "error"
+    if mode == "refuse":
+        assert RAN == ["get_weather"]
+        assert tool_messages(messages)["send_email"].status == "error"
+    else:
+        assert RAN == ["send_email", "get_weather"]
+        assert all("send_email" in bound for bound in model.bound[1:])

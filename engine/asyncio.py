@@ -187,8 +187,25 @@ class _GuestRun:
         else:
             self._done.set_result(None)
 
+    def check_loop(self) -> None:
+        """Raise when called from another loop than this run's (before anything runs).
+
+        Raises:
+            RuntimeError: the caller is on another event loop (another thread's, or the one
+                a framework's ``run_sync`` starts), saying how to reach this one.
+        """
+        if asyncio.get_running_loop() is not self.loop:
+            raise RuntimeError(
+                "this toolroute.asyncio engine runs on the event loop it was opened on, and "
+                "was called from another loop (another thread's, or one a framework's "
+                "run_sync/invoke starts): await it on its own loop, or from another thread "
+                "use asyncio.run_coroutine_threadsafe(coroutine, loop).result() with the "
+                "engine's loop"
+            )
+
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` in trio and await it from asyncio; cancelling this cancels that."""
+        self.check_loop()
         future: asyncio.Future[T] = self.loop.create_future()
         scope = trio.CancelScope()
 
@@ -223,6 +240,7 @@ class _GuestRun:
         self, manager: Callable[[], AbstractAsyncContextManager[T]]
     ) -> AsyncIterator[T]:
         """Enter ``manager()`` in trio and keep it entered while the asyncio block runs."""
+        self.check_loop()
         opened: asyncio.Future[T] = self.loop.create_future()
         close = trio.Event()
 
@@ -419,6 +437,7 @@ class AsyncioEngine:
         self, buffer: int | None, snapshot: bool
     ) -> AsyncIterator[AsyncIterator[Delivery]]:
         self.engine._check_open("subscribe")
+        self._host.check_loop()
         # A user of the guest run of its own: a consumer still draining keeps it alive.
         async with (
             _guest() as host,

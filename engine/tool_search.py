@@ -34,14 +34,15 @@ from ._core.select.access import ToolAccess as _ToolAccess
 from ._core.select.access import request_access as _request_access
 from ._core.select.arguments import count as _count
 from ._core.select.policy import Policy as _Policy
-from ._core.select.search_tool import NAME as _SEARCH_NAME
 from ._core.select.vendor_search import SearchCall as SearchCall
 from ._core.select.vendor_search import answer as _answer
 from ._core.select.vendor_search import check_vendor as _check_vendor
-from ._core.select.vendor_search import definitions_by_name as _definitions_by_name
+from ._core.select.vendor_search import is_search_tool as _is_search_tool
+from ._core.select.vendor_search import listed_definitions as _listed_definitions
 from ._core.select.vendor_search import mark_deferred as mark_deferred
 from ._core.select.vendor_search import read_call as read_call
 from ._core.select.vendor_search import search_tool as search_tool
+from ._core.select.vendor_search import tool_names as _tool_names
 
 __all__ = ["SearchCall", "ToolSearch", "mark_deferred", "read_call", "search_tool"]
 
@@ -59,7 +60,7 @@ class ToolSearch:
         vendor: ``anthropic`` or ``openai`` (Responses).
         tools: the host's tool list in that vendor's format. A found tool is answered only
             if this list has it, by id or, when unambiguous, by name: the vendor can load
-            nothing else.
+            nothing else. A search tool already in the list is replaced by this one.
         k: how many tools an answer names, unless the model asks for fewer.
         keep: names of tools to send loaded (not deferred); an answer never names them,
             since the model already has them.
@@ -68,8 +69,9 @@ class ToolSearch:
     Build one per tool list: the list's names are matched to the catalogue's tools once.
 
     Raises:
-        ConfigError: an unknown vendor, ``tools`` is not a list of tool objects, ``k`` is
-            not a positive integer, or ``tenant`` is not a ``ToolAccess``.
+        ConfigError: an unknown vendor, ``tools`` is not a list of that vendor's tool
+            objects (another vendor's shape is named), ``keep`` is not a list of names, ``k``
+            is not a positive integer, or ``tenant`` is not a ``ToolAccess``.
     """
 
     def __init__(
@@ -84,23 +86,23 @@ class ToolSearch:
     ) -> None:
         self._engine = engine
         self.vendor = _check_vendor(vendor)
-        self._keep = tuple(keep)
-        # A list that already has the search tool (the host's own, or a list ``tools()``
-        # returned) is sent without a second one: the vendors refuse a tool named twice.
+        self._keep = _tool_names(keep, "keep")
+        # ``tools()`` adds the search tool: one already in the host's list would be sent twice.
         self._tools = [
             tool
             for tool in mark_deferred(self.vendor, tools, keep=self._keep)
             if not _is_search_tool(self.vendor, tool)
         ]
         # Found tools are answered as the request lists them, deferred: the vendor compares.
-        self._definitions = {
-            name: definition
-            for name, definition in _definitions_by_name(self.vendor, self._tools).items()
-            if name not in self._keep
-        }
+        listed = [
+            entry
+            for entry in _listed_definitions(self.vendor, self._tools)
+            if entry[1] not in self._keep
+        ]
         self.k = _count(k, "k", 1)
         self._tenant = _request_access(None, None, tenant)
-        self._names = _names_of(engine.catalog, self._definitions, engine.dedup.providers)
+        # Tool id → the name the host's list calls it, and its definition there.
+        self._names, self._definitions = _listed_ids(engine.catalog, listed, engine.dedup.providers)
         self._coverage: tuple[_Catalog, bool] | None = None
 
     def tools(self) -> list[dict[str, _Any]]:
@@ -144,7 +146,7 @@ class ToolSearch:
         wanted = min(self.k, read.limit or self.k)
         found = await self._ranked(read.query, wanted, access)
         names = [self._names[tool_id] for tool_id in found]
-        return _answer(read, names, [self._definitions[name] for name in names])
+        return _answer(read, names, [self._definitions[tool_id] for tool_id in found])
 
     async def _ranked(self, query: str, wanted: int, access: _ToolAccess) -> tuple[str, ...]:
         # Only tools the host's list has can be loaded: narrowing to them before recall keeps
@@ -177,37 +179,45 @@ class ToolSearch:
         return self._coverage[1]
 
 
-def _is_search_tool(vendor: str, tool: _Mapping[str, _Any]) -> bool:
-    if vendor == "anthropic":
-        return tool.get("name") == _SEARCH_NAME and tool.get("type") in (None, "custom")
-    return tool.get("type") == "tool_search" and tool.get("execution") == "client"
-
-
-def _names_of(
+def _listed_ids(
     catalog: _Catalog,
-    definitions: _Mapping[str, _Any],
+    listed: _Sequence[tuple[str | None, str, dict[str, _Any]]],
     providers: _Mapping[str, _Sequence[str]],
-) -> dict[str, str]:
-    """Tool id → the name the host's list gives it, for the tools the list has.
+) -> tuple[dict[str, str], dict[str, dict[str, _Any]]]:
+    """Tool id → the name the host's list gives it, and its definition there, for the tools
+    the list has.
 
-    A served representative of duplicates the list lacks answers as a duplicate the list
-    has: dedup must not make a listed tool unfindable.
+    A tool is matched by id, else by a name only one catalogue tool has; a namespace member
+    first by its namespace and name (the catalogue reads a namespace's members with the
+    namespace as their server), so members of one name in two namespaces stay apart. A
+    served representative of duplicates the list lacks answers as a duplicate the list has:
+    dedup must not make a listed tool unfindable.
     """
     by_name: dict[str, list[str]] = {}
+    by_place: dict[tuple[str | None, str], list[str]] = {}
     for tool in catalog:
         by_name.setdefault(tool.name, []).append(tool.id)
+        by_place.setdefault((tool.server, tool.name), []).append(tool.id)
     names: dict[str, str] = {}
-    for name in definitions:
-        if name in catalog:
-            names[name] = name
+    definitions: dict[str, dict[str, _Any]] = {}
+    for namespace, name, definition in listed:
+        placed = by_place.get((namespace, name), ()) if namespace is not None else ()
+        if len(placed) == 1:
+            tool_id = placed[0]
+        elif name in catalog:
+            tool_id = name
         elif len(by_name.get(name, ())) == 1:
-            names[by_name[name][0]] = name
+            tool_id = by_name[name][0]
+        else:
+            continue
+        names[tool_id], definitions[tool_id] = name, definition
     for leader, members in providers.items():
         if leader not in names:
-            listed = next((names[m] for m in members if m in names), None)
-            if listed is not None:
-                names[leader] = listed
-    return names
+            listed_member = next((m for m in members if m in names), None)
+            if listed_member is not None:
+                names[leader] = names[listed_member]
+                definitions[leader] = definitions[listed_member]
+    return names, definitions
 
 
 _publish(__name__, globals())

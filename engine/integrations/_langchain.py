@@ -38,6 +38,14 @@ def _tool_name(tool: BaseTool | dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None  # a provider's built-in tool: no name
 
 
+def _state_messages(state: Any) -> list[Any]:
+    """The messages of the agent state a tool node holds (a dict, a list or a model)."""
+    messages = state.get("messages") if isinstance(state, Mapping) else state
+    if not isinstance(messages, list):
+        messages = getattr(state, "messages", None)
+    return messages if isinstance(messages, list) else []
+
+
 def _session(messages: list[Any]) -> str | None:
     """The conversation's id: the graph's ``thread_id``, else its first message's id."""
     try:
@@ -81,14 +89,17 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
     ) -> None:
         super().__init__()
         self._router = StepRouter(engine, "ToolRouteMiddleware", on_hidden_call, search_tool)
-        self._hidden: OrderedDict[str, _Hidden] = OrderedDict()
+        # Keyed by session and call id: a call id is unique only within its conversation.
+        self._hidden: OrderedDict[tuple[str | None, str], _Hidden] = OrderedDict()
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        session = _session(request.messages)
+        # The conversation as the graph's state holds it, not as an outer middleware passed
+        # it to the model (trimmed, summarised): the tool node knows it by the state too.
+        session = _session(_state_messages(request.state) or request.messages)
         narrowed = await self._router.narrow(request.messages, session)
         shown_tools = [
             tool
@@ -97,29 +108,33 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         ]
         response = await handler(request.override(tools=shown_tools))
         shown = tuple(name for tool in shown_tools if (name := _tool_name(tool)) is not None)
+        hidden = {_tool_name(tool) for tool in request.tools} - set(shown)
         search = self._router.search_tool if self._router.search_tool in shown else None
-        self._judge(response.result, shown, session, search)
+        self._judge(response.result, shown, hidden, session, search)
         return response
 
     def _judge(
         self,
         messages: list[BaseMessage],
         shown: tuple[str, ...],
+        hidden: set[str | None],
         session: str | None,
         search_tool: str | None,
     ) -> None:
-        """Read the model's calls: each one to a tool it was not shown is decided now, by the
-        rule, and carried out when the tool node reaches it."""
+        """Read the model's calls: each one to a tool it was not shown (one of ``hidden``)
+        is decided now, by the rule, and carried out when the tool node reaches it. Calls to
+        names the request did not offer (a structured-output tool, an unknown name) are left
+        to LangChain: the tool node may never see them."""
         for message in messages:
             if not isinstance(message, AIMessage):
                 continue
             for call in message.tool_calls:
-                if call["name"] in shown or call["id"] is None:
+                if call["name"] not in hidden or call["id"] is None:
                     continue
                 if self._router.mode == "activate":
                     self._router.activations.activate(session, call["name"])
                     continue
-                self._hidden[call["id"]] = _Hidden(session, shown, search_tool)
+                self._hidden[(session, call["id"])] = _Hidden(session, shown, search_tool)
                 while len(self._hidden) > _MAX_PENDING:
                     self._hidden.popitem(last=False)
 
@@ -129,7 +144,10 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
-        hidden = self._hidden.pop(call["id"], None) if call["id"] is not None else None
+        hidden = None
+        if call["id"] is not None:
+            key = (_session(_state_messages(request.state)), call["id"])
+            hidden = self._hidden.pop(key, None)
         if hidden is None:
             return await handler(request)
         return ToolMessage(

@@ -44,9 +44,9 @@ class ToolRouter:
     """Shows an Agents SDK agent, turn by turn, only the tools the conversation needs.
 
     Args:
-        engine: a ``toolroute.asyncio`` engine whose catalogue holds the agent's tools
-            (``Catalog.from_tools(agent.tools)``, and MCP tools with their server as
-            ``server``); a tool it does not know is always shown.
+        engine: a ``toolroute.asyncio`` engine whose catalogue holds the agent's function
+            tools (``Catalog.from_tools(agent.tools)`` without its hosted tools, and MCP tools
+            with their server as ``server``); a tool it does not know is always shown.
         on_hidden_call: ``"refuse"`` (default): a call to a tool that was not shown gets a
             tool result saying what to do instead; ``"activate"``: the tool is shown from the
             next turn on, for the rest of the run, and the model is told to call it again

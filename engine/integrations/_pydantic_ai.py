@@ -94,6 +94,26 @@ class RouteTools(AbstractCapability[Any]):
         narrowed_parameters = dataclasses.replace(parameters, function_tools=shown)
         return dataclasses.replace(request_context, model_request_parameters=narrowed_parameters)
 
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: str | dict[str, Any],
+        handler: Callable[[str | dict[str, Any]], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        # A model calling a tool it was not shown has not seen its schema either: a refused
+        # call is not validated (its errors would spend the tool's retries, and end the run),
+        # and an activated one is shown from now on, so a retry comes with the schema.
+        step = self._hidden(ctx, call, tool_def)
+        if step is None:
+            return await handler(args)
+        if self._router.mode == "activate":
+            self._router.activations.activate(_session(ctx), call.tool_name)
+            return await handler(args)
+        return args if isinstance(args, dict) else {}
+
     async def wrap_tool_execute(
         self,
         ctx: RunContext[Any],
@@ -103,13 +123,22 @@ class RouteTools(AbstractCapability[Any]):
         args: Any,
         handler: Callable[[Any], Awaitable[Any]],
     ) -> Any:
-        step = self._steps.get(ctx.run_id) if ctx.run_id is not None else None
-        if step is None or tool_def.defer_loading or call.tool_name in step.shown:
+        step = self._hidden(ctx, call, tool_def)
+        if step is None:
             return await handler(args)
         if self._router.mode == "activate":
             self._router.activations.activate(_session(ctx), call.tool_name)
             return await handler(args)
         return refusal(call.tool_name, search_tool=step.search_tool, shown=step.shown)
+
+    def _hidden(
+        self, ctx: RunContext[Any], call: ToolCallPart, tool_def: ToolDefinition
+    ) -> _Step | None:
+        """The step that hid the called tool, or ``None``: the tool was shown (or deferred)."""
+        step = self._steps.get(ctx.run_id) if ctx.run_id is not None else None
+        if step is None or tool_def.defer_loading or call.tool_name in step.shown:
+            return None
+        return step
 
     def _remember(self, run_id: str | None, step: _Step) -> None:
         if run_id is None:

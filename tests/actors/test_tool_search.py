@@ -198,23 +198,6 @@ async def test_kept_tools_are_sent_loaded_and_never_answered() -> None:
     assert "get_forecast" not in names
 
 
-@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
-async def test_a_list_that_already_has_the_search_tool_sends_it_once(vendor: str) -> None:
-    # A host that keeps the search tool in its own list (search_tool() appended, or the list
-    # search.tools() returned): the vendors refuse a request naming a tool twice.
-    async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
-        tools = [*host_tools(vendor, DEMO), search_tool(vendor)]
-        sent = ToolSearch(engine, vendor, tools).tools()
-        again = ToolSearch(engine, vendor, sent).tools()
-    for request in (sent, again):
-        searches = [
-            t for t in request if t.get("name") == "search_tools" or t.get("type") == "tool_search"
-        ]
-        assert len(searches) == 1
-        assert request[-1] == search_tool(vendor)
-        assert len(request) == len(DEMO) + 1
-
-
 async def test_names_are_matched_by_id_or_by_an_unambiguous_name() -> None:
     # The demo has two tools named "search" (gmail__search, web__search): a host list naming
     # "search" cannot say which, so it is not answered; "search_news" is unambiguous.
@@ -273,6 +256,52 @@ async def test_caller_mistakes_are_raised_not_answered() -> None:
         ToolSearch(engine, "gemini", [])
     with pytest.raises(ConfigError, match="k must be"):
         ToolSearch(engine, "openai", [], k=0)
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "openai"])
+async def test_a_search_tool_already_in_the_hosts_list_is_sent_once(vendor: str) -> None:
+    # Two tools of one name (two tool_search tools) make the vendor refuse the request.
+    hosted = {"type": "tool_search"} if vendor == "openai" else search_tool(vendor)
+    async with open_engine(DEMO, config=KEYWORD, embedder=None) as engine:
+        search = ToolSearch(engine, vendor, [hosted, *host_tools(vendor, DEMO)])
+        sent = search.tools()
+        again = ToolSearch(engine, vendor, sent).tools()  # the list tools() returned, fed back
+    for request in (sent, again):
+        searches = [
+            t for t in request if t.get("name") == "search_tools" or t.get("type") == "tool_search"
+        ]
+        assert searches == [search_tool(vendor)]
+        assert request[-1] == search_tool(vendor)
+        assert len(request) == len(DEMO) + 1
+
+
+async def test_namespace_members_of_one_name_are_found_each_in_its_namespace() -> None:
+    # OpenAI calls a namespace member by namespace and name: ``search`` may be in both.
+    def member(name: str, description: str) -> dict[str, Any]:
+        return {"type": "function", "name": name, "description": description}
+
+    listed = [
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "Customer records",
+            "tools": [member("search", "Search customer records by name or email")],
+        },
+        {
+            "type": "namespace",
+            "name": "docs",
+            "description": "Product documentation",
+            "tools": [member("search", "Search the product documentation pages")],
+        },
+        member("get_forecast", "Daily weather forecast for a city"),
+    ]
+    async with open_engine(Catalog.from_tools(listed), config=KEYWORD, embedder=None) as engine:
+        search = ToolSearch(engine, "openai", listed, k=1)
+        for query, namespace in [("customer records", "crm"), ("documentation pages", "docs")]:
+            answer = await search.answer(call("openai", query))
+            [item] = answer["tools"]
+            assert (item["name"], [t["name"] for t in item["tools"]]) == (namespace, ["search"])
+            assert query in item["tools"][0]["description"]
 
 
 async def test_a_call_without_a_query_never_reaches_the_engine() -> None:

@@ -70,3 +70,28 @@ def test_trio_stateless_entry_points_under_asyncio_point_to_toolroute_asyncio() 
             await toolroute.route_servers("weather", servers)
 
     asyncio.run(main())
+
+
+def test_an_engine_called_from_another_loop_says_how_to_reach_its_own() -> None:
+    # A sync host (a worker thread, a framework's run_sync) starts a loop of its own: the
+    # engine lives on the loop it was opened on, and nothing is run for the other one.
+    async def main() -> None:
+        async with toolroute_asyncio.open_engine(TOOLS, config=CONFIG, embedder=None) as engine:
+            loop = asyncio.get_running_loop()
+
+            def sync_host() -> tuple[str, ...]:
+                with pytest.raises(RuntimeError, match=r"runs on the event loop it was opened on"):
+                    asyncio.run(engine.select("weather"))
+
+                async def subscribe() -> None:
+                    async with engine.subscribe():
+                        pass  # pragma: no cover
+
+                with pytest.raises(RuntimeError, match=r"run_coroutine_threadsafe"):
+                    asyncio.run(subscribe())
+                answer = asyncio.run_coroutine_threadsafe(engine.select("weather"), loop)
+                return answer.result(timeout=60).tool_ids
+
+            assert await asyncio.to_thread(sync_host) == ("get_weather",)
+
+    asyncio.run(main())

@@ -180,3 +180,135 @@ def test_the_middleware_refuses_a_trio_engine_and_an_unknown_mode() -> None:
                 retrieve_tools(engine, k=0)
 
     asyncio.run(main())
+
+
+def test_conversations_whose_models_reuse_a_call_id_keep_their_own_verdicts() -> None:
+    # A call id is unique only within its conversation (scripted and many local models number
+    # them). One middleware serves two threads: A's model calls a hidden tool as ``call_1``,
+    # then B's model calls a shown one as ``call_1`` and B's tool node runs first. B's tool
+    # must run and A's must be refused, not the other way round.
+    from langchain.agents.middleware import AgentMiddleware
+
+    a_judged, b_done = asyncio.Event(), asyncio.Event()
+
+    class HoldA(AgentMiddleware[Any, Any, Any]):
+        """Holds thread A between its model's response (judged) and its tool node."""
+
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            response = await handler(request)
+            if not b_done.is_set():
+                a_judged.set()
+                await b_done.wait()
+            return response
+
+    model_a = ScriptedChatModel(
+        responses=[call("send_email", "call_1", to="a", subject="b"), AIMessage("done")], bound=[]
+    )
+    model_b = ScriptedChatModel(
+        responses=[call("get_weather", "call_1", city="Oslo"), AIMessage("done")], bound=[]
+    )
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with asyncio_engine() as engine:
+            routing = ToolRouteMiddleware(engine)
+            agent_a = create_agent(model_a, tools=TOOLS, middleware=[HoldA(), routing])
+            agent_b = create_agent(model_b, tools=TOOLS, middleware=[routing])
+            prompt = {"messages": [HumanMessage("what is the weather forecast in Oslo")]}
+
+            async def run_b() -> dict[str, Any]:
+                try:
+                    await a_judged.wait()
+                    return await agent_b.ainvoke(prompt, {"configurable": {"thread_id": "B"}})
+                finally:
+                    b_done.set()
+
+            a, b = await asyncio.gather(
+                agent_a.ainvoke(prompt, {"configurable": {"thread_id": "A"}}), run_b()
+            )
+            return list(a["messages"]), list(b["messages"])
+
+    a_messages, b_messages = asyncio.run(main())
+    assert RAN == ["get_weather"]
+    assert tool_messages(b_messages)["get_weather"].status == "success"
+    assert tool_messages(a_messages)["send_email"].status == "error"
+
+
+def test_a_structured_output_call_leaves_no_verdict_behind() -> None:
+    # The structured-output tool is bound by the model node, not offered in ``request.tools``,
+    # and the tool node never runs it: a verdict kept for it would be met by the next call
+    # that reuses its id in the thread (here: a shown tool, which must run).
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Forecast(BaseModel):
+        """The forecast, as the answer."""
+
+        summary: str
+
+    model = ScriptedChatModel(
+        responses=[
+            AIMessage(
+                "", tool_calls=[{"name": "Forecast", "args": {"summary": "sun"}, "id": "c1"}]
+            ),
+            call("get_weather", "c1", city="Oslo"),
+            AIMessage(
+                "", tool_calls=[{"name": "Forecast", "args": {"summary": "sun"}, "id": "c2"}]
+            ),
+        ],
+        bound=[],
+    )
+
+    async def main() -> tuple[Any, list[Any]]:
+        async with asyncio_engine() as engine:
+            agent = create_agent(
+                model,
+                tools=TOOLS,
+                middleware=[ToolRouteMiddleware(engine)],
+                response_format=ToolStrategy(Forecast),
+            )
+            thread = {"configurable": {"thread_id": "t"}}
+            prompt = {"messages": [HumanMessage("what is the weather forecast in Oslo")]}
+            first = await agent.ainvoke(prompt, thread)
+            second = await agent.ainvoke(prompt, thread)
+            return first["structured_response"], list(second["messages"])
+
+    answer, messages = asyncio.run(main())
+    assert answer.summary == "sun"
+    assert RAN == ["get_weather"]
+    assert tool_messages(messages)["get_weather"].status == "success"
+
+
+@pytest.mark.parametrize("mode", ["refuse", "activate"])
+def test_the_rule_holds_when_an_outer_middleware_trims_the_models_messages(mode: str) -> None:
+    # Without a thread, the conversation is known by its first message; a middleware ahead
+    # of the router that passes the model only the latest messages must not make the tool
+    # node miss the verdict (and run the hidden tool), nor lose an activation.
+    from langchain.agents.middleware import AgentMiddleware
+
+    class KeepLast(AgentMiddleware[Any, Any, Any]):
+        async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+            return await handler(request.override(messages=request.messages[-1:]))
+
+    model = ScriptedChatModel(
+        responses=[
+            call("send_email", "c1", to="a", subject="b"),
+            call("get_weather", "c2", city="Oslo"),
+            AIMessage("done"),
+        ],
+        bound=[],
+    )
+
+    async def main() -> list[Any]:
+        async with asyncio_engine() as engine:
+            routing = ToolRouteMiddleware(engine, on_hidden_call=mode)  # type: ignore[arg-type]
+            agent = create_agent(model, tools=TOOLS, middleware=[KeepLast(), routing])
+            prompt = [HumanMessage("hello"), HumanMessage("what is the weather forecast in Oslo")]
+            return list((await agent.ainvoke({"messages": prompt}))["messages"])
+
+    messages = asyncio.run(main())
+    if mode == "refuse":
+        assert RAN == ["get_weather"]
+        assert tool_messages(messages)["send_email"].status == "error"
+    else:
+        assert RAN == ["send_email", "get_weather"]
+        assert all("send_email" in bound for bound in model.bound[1:])

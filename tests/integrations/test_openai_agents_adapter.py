@@ -146,6 +146,25 @@ def test_a_refusal_names_the_search_tool_when_the_agent_has_one() -> None:
     assert "Call 'search_tools'" in outputs(result)["send_email"][0]
 
 
+def test_an_agent_handed_off_to_is_routed_when_routed_too() -> None:
+    billing_model = steps(function_call("get_weather", {"city": "Oslo"}, call_id="b1"))
+    triage_model = ScriptedModel(
+        [ModelStep(output=[function_call("transfer_to_billing", {}, call_id="t1")])]
+    )
+
+    async def main() -> Any:
+        async with asyncio_engine() as engine:
+            router = ToolRouter(engine)
+            billing = router.route(Agent(name="billing", model=billing_model, tools=tools()))
+            triage = Agent(name="triage", model=triage_model, handoffs=[billing])
+            return await router.run(triage, "what is the weather forecast in Oslo")
+
+    result = asyncio.run(main())
+    assert seen(billing_model) == [["get_weather"], ["get_weather"]]
+    assert RAN == ["get_weather"]
+    assert result.final_output == "done"
+
+
 def test_the_agents_own_is_enabled_hooks_and_run_config_are_kept() -> None:
     never = function_tool(FUNCTIONS[0], is_enabled=False)
     heard: list[str] = []

@@ -100,6 +100,39 @@ def test_a_hidden_tool_is_run_and_kept_shown_when_activation_is_chosen() -> None
     assert "send_email" in script.seen[2]
 
 
+def test_a_hidden_tool_called_with_arguments_it_never_saw_is_refused_not_retried() -> None:
+    # The model was not shown the tool's schema: wrong arguments are likely. Validation
+    # errors would spend the tool's retries (one by default: two such calls end the run).
+    script = Script(
+        ModelResponse(
+            parts=[
+                ToolCallPart("send_email", {"recipient": "a@b.c"}),
+                ToolCallPart("send_email", {"recipient": "b@b.c"}),
+            ]
+        )
+    )
+    messages = run(script, "what is the weather forecast in Oslo")
+    assert RAN == []
+    answers = [
+        part.content
+        for message in messages
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_name == "send_email"
+    ]
+    assert len(answers) == 2
+    assert all("'send_email' is not available on this step" in answer for answer in answers)
+
+
+def test_an_activated_tool_called_with_wrong_arguments_is_activated_all_the_same() -> None:
+    # Its validation errors go back to the model, and the tool is shown from then on, so a
+    # retry comes with its schema.
+    script = Script(call("send_email", recipient="a@b.c"), call("get_weather", city="Oslo"))
+    run(script, "what is the weather forecast in Oslo", on_hidden_call="activate")
+    assert "send_email" not in script.seen[0]
+    assert all("send_email" in seen for seen in script.seen[1:])
+    assert RAN == ["get_weather"]
+
+
 def test_deferred_tools_are_found_by_the_engine_and_refusals_name_search_tools() -> None:
     script = Script(
         call("create_issue", title="login crash"),

@@ -228,25 +228,25 @@ def test_dicts_of_every_format_and_tools_mix() -> None:
     assert all(t.parameters == {"type": "object"} for t in catalog.tools[1:])
 
 
-def test_an_openai_namespace_is_read_as_its_member_functions() -> None:
-    # Responses API ``namespace`` tools group functions; the model calls (and tool search
-    # loads) the members, so the catalogue holds them, with the namespace as their server.
-    namespace = {
-        "type": "namespace",
-        "name": "crm",
-        "description": "customer records",
-        "tools": [
-            {"type": "function", "name": "crm_lookup", "parameters": {"type": "object"}},
-            {"type": "function", "name": "crm_update", "parameters": {"type": "object"}},
-        ],
-    }
-    plain = {"type": "function", "name": "f", "parameters": {"type": "object"}}
-    catalog = Catalog.from_tools([plain, namespace])
-    assert catalog.ids == ("f", "crm_lookup", "crm_update")
-    assert [t.server for t in catalog] == [None, "crm", "crm"]
-    assert [t.server for t in Catalog.from_tools([namespace], server="mine")] == ["mine"] * 2
-    with pytest.raises(CatalogError, match=r"tool 0 \('crm'\): field 'tools' must be a list"):
-        Catalog.from_tools([{"type": "namespace", "name": "crm", "tools": "crm_lookup"}])
+def test_an_openai_namespace_is_read_as_its_members_on_the_namespace() -> None:
+    def member(name: str) -> dict[str, Any]:
+        return {"type": "function", "name": name, "parameters": {"type": "object"}}
+
+    listed = [
+        {"type": "namespace", "name": "crm", "description": "CRM", "tools": [member("search")]},
+        {"type": "namespace", "name": "docs", "description": "Docs", "tools": [member("search")]},
+        member("get_weather"),
+    ]
+    catalog = Catalog.from_tools(listed)
+    assert catalog.ids == ("crm__search", "docs__search", "get_weather")
+    assert [(t.server, t.name) for t in catalog.tools] == [
+        ("crm", "search"),
+        ("docs", "search"),
+        (None, "get_weather"),
+    ]
+    assert Catalog.from_tools(listed[:1], server="mine").tools[0].server == "mine"
+    with pytest.raises(CatalogError, match=r"tool 0: expected a namespace .*tools of type str"):
+        Catalog.from_tools([{"type": "namespace", "name": "crm", "tools": "search"}])
 
 
 def test_a_malformed_dict_names_the_tool_and_field() -> None:

@@ -180,6 +180,64 @@ def test_mark_deferred_refuses_what_is_not_a_tool_list() -> None:
         mark_deferred("openai", chat)
 
 
+@pytest.mark.parametrize(
+    ("vendor", "tool", "expected"),
+    [
+        (
+            "anthropic",
+            {"type": "function", "name": "get_forecast", "parameters": {}},
+            r"tool 1: .*got an OpenAI function tool \(type 'function'\): pass vendor='openai'",
+        ),
+        (
+            "anthropic",
+            {"type": "function", "function": {"name": "get_forecast"}},
+            "tool 1: .*got an OpenAI function tool",
+        ),
+        (
+            "anthropic",
+            {"name": "get_forecast", "inputSchema": {"type": "object"}},
+            r"tool 1: expected an Anthropic tool .*got keys \['inputSchema', 'name'\]",
+        ),
+        (
+            "openai",
+            {"name": "get_forecast", "input_schema": {"type": "object"}},
+            "tool 1: .*got one without a 'type'.*an Anthropic tool: pass vendor='anthropic'",
+        ),
+    ],
+)
+def test_another_vendors_tool_list_is_refused_not_sent_undeferred(
+    vendor: str, tool: dict[str, Any], expected: str
+) -> None:
+    # Read as the vendor's, such a tool would be neither deferred nor ever found: every
+    # search would answer nothing, with no sign why.
+    with pytest.raises(ConfigError, match=expected):
+        mark_deferred(vendor, [search_tool(vendor), tool])
+
+
+def test_an_sdk_item_passed_as_it_is_gets_told_to_dump_it() -> None:
+    responses = pytest.importorskip("openai.types.responses")
+    item = responses.ResponseToolSearchCall(
+        id="ts_1",
+        call_id="c",
+        arguments={"query": "weather"},
+        execution="client",
+        status="completed",
+        type="tool_search_call",
+    )
+    with pytest.raises(ConfigError, match=r"got ResponseToolSearchCall \(pass its .model_dump"):
+        read_call("openai", item)
+    assert read_call("openai", item.model_dump()).query == "weather"
+
+
+def test_keep_must_be_a_list_of_names() -> None:
+    tools = [{"name": "get_forecast", "input_schema": {"type": "object"}}]
+    with pytest.raises(ConfigError, match="keep must be a list of tool names, got str"):
+        mark_deferred("anthropic", tools, keep="get_forecast")
+    with pytest.raises(ConfigError, match="got an item of type int"):
+        mark_deferred("anthropic", tools, keep=[3])  # type: ignore[list-item]
+    assert "defer_loading" not in mark_deferred("anthropic", tools, keep=("get_forecast",))[0]
+
+
 def test_namespace_members_are_answered_in_one_item_per_namespace() -> None:
     tools = [
         {

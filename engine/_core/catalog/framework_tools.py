@@ -39,24 +39,30 @@ def read_tools(tools: Iterable[object], *, server: str | None = None) -> list[To
         raise CatalogError(f"expected a list of tools ({EXPECTED}), got {type(tools).__name__}")
     read: list[Tool] = []
     for index, tool in enumerate(tools):
-        if isinstance(tool, Mapping) and tool.get("type") == "namespace":
-            read.extend(_namespace_members(index, tool, server))
-        else:
+        members = _namespace_members(index, tool)
+        if members is None:
             read.append(read_tool(index, tool, server))
+        else:  # each member on the namespace as its server, unless ``server`` overrides
+            namespace = server if server is not None else members[0]
+            read.extend(read_tool(index, member, namespace) for member in members[1])
     return readers.qualify_clashes(read)
 
 
-def _namespace_members(index: int, namespace: Mapping[str, Any], server: str | None) -> list[Tool]:
-    """An OpenAI Responses ``namespace`` tool: its member functions, the namespace as their
-    server (the model calls the members; tool search loads them)."""
-    name, members = namespace.get("name"), namespace.get("tools")
-    if not isinstance(members, list):
+def _namespace_members(index: int, tool: object) -> tuple[str, list[object]] | None:
+    """An OpenAI Responses ``namespace`` tool's name and members; ``None`` for other tools.
+
+    Raises:
+        CatalogError: a namespace without a name or a list of member tools.
+    """
+    if not isinstance(tool, Mapping) or tool.get("type") != "namespace" or "tools" not in tool:
+        return None
+    name, members = tool.get("name"), tool.get("tools")
+    if not isinstance(name, str) or not name or not isinstance(members, list):
         raise CatalogError(
-            f"tool {index} ({name!r}): field 'tools' must be a list of the namespace's "
-            f"functions, got {type(members).__name__}"
+            f"tool {index}: expected a namespace {{'type': 'namespace', 'name', 'tools': [...]}}, "
+            f"got name {name!r} and tools of type {type(members).__name__}"
         )
-    owner = server if server is not None else (name if isinstance(name, str) and name else None)
-    return [readers.read_item(index, member, server=owner) for member in members]
+    return name, members
 
 
 def read_tool(index: int, tool: object, server: str | None = None) -> Tool:

@@ -169,12 +169,13 @@ def mark_deferred(
     (a vendor's built-in tools) are copied unchanged.
 
     Raises:
-        ConfigError: an unknown vendor, or ``tools`` is not a list of tool objects.
+        ConfigError: an unknown vendor, ``tools`` is not a list of that vendor's tool objects,
+            or ``keep`` is not a list of names.
     """
     vendor = check_vendor(vendor)
-    kept = set(keep)
+    kept = set(tool_names(keep, "keep"))
     marked: list[dict[str, Any]] = []
-    for index, tool in enumerate(_tool_list(tools)):
+    for index, tool in enumerate(_tool_list(vendor, tools)):
         item = copy.deepcopy(dict(tool))
         if vendor == "openai" and item.get("type") == "namespace":
             item["tools"] = [
@@ -192,23 +193,40 @@ def definitions_by_name(
     vendor: str, tools: Sequence[Mapping[str, Any]]
 ) -> dict[str, dict[str, Any]]:
     """The host's function tools by the name the model calls them, search tools left out;
-    an OpenAI namespace member by its own name, as its namespace holding only it.
+    an OpenAI namespace member by its own name, as its namespace holding only it (of two
+    namespaces' members of one name, the later).
+
+    Raises:
+        ConfigError: as ``mark_deferred``.
+    """
+    return {name: definition for _, name, definition in listed_definitions(vendor, tools)}
+
+
+def listed_definitions(
+    vendor: str, tools: Sequence[Mapping[str, Any]]
+) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """The host's function tools as ``(namespace, name, definition)``, in list order, search
+    tools left out: the namespace is ``None`` but for OpenAI namespace members, whose
+    definition is their namespace holding only them.
 
     Raises:
         ConfigError: as ``mark_deferred``.
     """
     vendor = check_vendor(vendor)
-    found: dict[str, dict[str, Any]] = {}
-    for index, tool in enumerate(_tool_list(tools)):
+    found: list[tuple[str | None, str, dict[str, Any]]] = []
+    for index, tool in enumerate(_tool_list(vendor, tools)):
         if vendor == "openai" and tool.get("type") == "namespace":
             # A member loads inside its namespace: the output item is the namespace with
             # the members found (openai-agents reads namespaces back from tool_search_output).
             shell = {k: v for k, v in tool.items() if k != "tools"}
-            for member in tool.get("tools", []):
-                if isinstance(member, Mapping) and isinstance(member.get("name"), str):
-                    found[member["name"]] = {**shell, "tools": [dict(member)]}
+            namespace = tool.get("name") if isinstance(tool.get("name"), str) else None
+            found.extend(
+                (namespace, member["name"], {**shell, "tools": [dict(member)]})
+                for member in tool.get("tools", [])
+                if isinstance(member, Mapping) and isinstance(member.get("name"), str)
+            )
         elif _is_function(vendor, tool, index) and tool.get("name") != NAME:
-            found[str(tool["name"])] = dict(tool)
+            found.append((None, str(tool["name"]), dict(tool)))
     return found
 
 
@@ -233,19 +251,75 @@ def _loaded(definition: Mapping[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(dict(definition))
 
 
-def _tool_list(tools: object) -> list[Mapping[str, Any]]:
+def is_search_tool(vendor: str, tool: Mapping[str, Any]) -> bool:
+    """Whether ``tool`` is a search tool of the kind ``search_tool(vendor)`` returns."""
+    if vendor == "anthropic":
+        return tool.get("name") == NAME and tool.get("type") in (None, "custom")
+    return tool.get("type") == "tool_search"
+
+
+def tool_names(names: object, what: str) -> tuple[str, ...]:
+    """``names`` as a tuple of tool names.
+
+    Raises:
+        ConfigError: ``names`` is not a list of strings.
+    """
+    if isinstance(names, str | bytes) or not isinstance(names, Sequence | set | frozenset):
+        raise ConfigError(f"{what} must be a list of tool names, got {type(names).__name__}")
+    for name in names:
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"{what} must be a list of tool names, got an item of type {type(name).__name__}"
+            )
+    return tuple(names)
+
+
+def _tool_list(vendor: str, tools: object) -> list[Mapping[str, Any]]:
     if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
         raise ConfigError(f"expected a list of tool definitions, got {type(tools).__name__}")
     for index, tool in enumerate(tools):
         if not isinstance(tool, Mapping):
             raise ConfigError(f"tool {index}: expected a tool object, got {type(tool).__name__}")
-        if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
-            raise ConfigError(
-                f"tool {index}: expected a Responses API function tool ({{'type': 'function', "
-                "'name', ...}}), got a Chat Completions one (nested 'function'): tool search "
-                "is a Responses API feature"
-            )
+        if vendor == "anthropic":
+            _check_anthropic(index, tool)
+        else:
+            _check_openai(index, tool)
     return list(tools)
+
+
+def _check_anthropic(index: int, tool: Mapping[str, Any]) -> None:
+    """An Anthropic list holds custom tools (``name``, ``input_schema``) and Anthropic's own
+    tools (a dated ``type``); another vendor's tool would never be deferred or found."""
+    kind = tool.get("type")
+    if kind == "function":
+        raise ConfigError(
+            f"tool {index}: expected an Anthropic tool ({{'name', 'description', "
+            "'input_schema'}), got an OpenAI function tool (type 'function'): pass "
+            "vendor='openai' for the Responses API"
+        )
+    if kind in (None, "custom") and not isinstance(tool.get("input_schema"), Mapping):
+        raise ConfigError(
+            f"tool {index}: expected an Anthropic tool ({{'name', 'description', "
+            f"'input_schema'}}), got keys {sorted(tool)[:8]}"
+        )
+
+
+def _check_openai(index: int, tool: Mapping[str, Any]) -> None:
+    """A Responses API list: every tool has a ``type``, function tools are flat."""
+    if tool.get("type") == "function" and isinstance(tool.get("function"), Mapping):
+        raise ConfigError(
+            f"tool {index}: expected a Responses API function tool ({{'type': 'function', "
+            "'name', ...}}), got a Chat Completions one (nested 'function'): tool search "
+            "is a Responses API feature"
+        )
+    if not isinstance(tool.get("type"), str):
+        anthropic = (
+            " (an Anthropic tool: pass vendor='anthropic')" if "input_schema" in tool else ""
+        )
+        raise ConfigError(
+            f"tool {index}: expected a Responses API tool ({{'type': 'function', 'name', ...}}), "
+            f"got one without a 'type', keys {sorted(tool)[:8]}{anthropic}"
+        )
 
 
 def _object(value: object, what: str) -> Mapping[str, Any]:
@@ -255,7 +329,8 @@ def _object(value: object, what: str) -> Mapping[str, Any]:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"the {what} is not JSON: {exc.msg}") from None
     if not isinstance(value, Mapping):
-        raise ConfigError(f"expected the {what} as an object, got {type(value).__name__}")
+        hint = " (pass its .model_dump())" if hasattr(value, "model_dump") else ""
+        raise ConfigError(f"expected the {what} as an object, got {type(value).__name__}{hint}")
     return value
 
 

@@ -110,26 +110,13 @@ async def _connection(
         connections.idle[scope] = True
         try:
             async with stream:
-                while not connections.stopping:
-                    with trio.move_on_after(limits.idle_s):
-                        event = await _next_event(conn, stream)
-                    if not isinstance(event, h11.Request):
-                        return  # idle too long, closed, or not a request
-                    if _head_size(event) > limits.max_header_bytes:
-                        # h11 bounds only a head still arriving; one read can bring it whole.
-                        await _refuse(conn, stream, 431, "request head too large")
-                        return
-                    connections.idle[scope] = False
-                    await _exchange(conn, stream, event, app, connections, limits.idle_s)
-                    connections.idle[scope] = True
-                    _skip_buffered_body(conn)
-                    if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                        return  # a body the app did not read, or a response cut short
-                    conn.start_next_cycle()
-        except h11.RemoteProtocolError as exc:
-            await _refuse(
-                conn, stream, exc.error_status_hint, "malformed or oversized request head"
-            )
+                # The refusal is sent inside ``async with``: the stream is still open.
+                try:
+                    await _serve_connection(conn, stream, app, limits, connections, scope)
+                except h11.RemoteProtocolError as exc:
+                    await _refuse(
+                        conn, stream, exc.error_status_hint, "malformed or oversized request head"
+                    )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         except Exception:
@@ -138,6 +125,32 @@ async def _connection(
             log.exception("toolroute serve: a connection failed")
         finally:
             del connections.idle[scope]
+
+
+async def _serve_connection(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    app: App,
+    limits: Limits,
+    connections: _Connections,
+    scope: trio.CancelScope,
+) -> None:
+    while not connections.stopping:
+        with trio.move_on_after(limits.idle_s):
+            event = await _next_event(conn, stream)
+        if not isinstance(event, h11.Request):
+            return  # idle too long, closed, or not a request
+        if _head_size(event) > limits.max_header_bytes:
+            # h11 bounds only a head still arriving; one read can bring it whole.
+            await _refuse(conn, stream, 431, "request head too large")
+            return
+        connections.idle[scope] = False
+        await _exchange(conn, stream, event, app, connections, limits.idle_s)
+        connections.idle[scope] = True
+        _skip_buffered_body(conn)
+        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            return  # a body the app did not read, or a response cut short
+        conn.start_next_cycle()
 
 
 def _skip_buffered_body(conn: h11.Connection) -> None:
@@ -205,6 +218,7 @@ async def _exchange(
         "server": _address(stream, "getsockname"),
     }
     body_done = False
+    head_only = request.method == b"HEAD"
     started: dict[str, Any] = {}
     # Once the client has gone, sends are dropped (ASGI: the app learns it from ``receive``).
     gone = trio.Event()
@@ -252,7 +266,8 @@ async def _exchange(
             status = started["status"]
             response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
             out += conn.send(response) or b""
-        chunk = message.get("body", b"")
+        # A HEAD answer is the GET answer's head alone (its length included).
+        chunk = b"" if head_only else message.get("body", b"")
         if chunk:
             out += conn.send(h11.Data(data=chunk)) or b""
         if not message.get("more_body", False):

@@ -369,3 +369,51 @@ async def test_a_body_that_stalls_is_given_up_on(tmp_path: Path) -> None:
         await stream.aclose()
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b"incomplete_body" in answer
+
+
+async def _exchange_raw(service_url: str, request: bytes) -> bytes:
+    """Send ``request`` on a fresh connection and read until the server closes it."""
+    stream = await trio.open_tcp_stream("127.0.0.1", int(service_url.rsplit(":", 1)[1]))
+    answer = b""
+    with trio.fail_after(30):
+        await stream.send_all(request)
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+    await stream.aclose()
+    return answer
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        pytest.param(b"GET /health HTTP/1.1\r\n\r\n", id="no-host"),
+        pytest.param(
+            b"POST /v1/select HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n", id="bad-length"
+        ),
+        pytest.param(b"\x16\x03\x01\x00\xa5\x01\x00 TLS hello\r\n\r\n", id="tls-on-plain-http"),
+        pytest.param("GET /hé HTTP/1.1\r\nHost: t\r\n\r\n".encode(), id="non-ascii-target"),
+    ],
+)
+async def test_a_malformed_request_head_is_answered_400_then_closed(
+    tmp_path: Path, request_bytes: bytes
+) -> None:
+    async with served(tmp_path) as service:
+        answer = await _exchange_raw(service.url, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert b"connection: close" in head.lower()
+    assert json.loads(body)["error"]["type"] == "bad_request"
+
+
+async def test_head_gets_the_answer_without_a_body_and_the_connection_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        head = await client.head("/health")
+        after = await client.get("/health")
+    assert head.status_code == 405
+    assert head.headers["allow"] == "GET"
+    assert head.content == b""
+    assert after.status_code == 200
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+

@@ -30,7 +30,7 @@ from .._core.events import to_json
 from .._runtime.engine import Engine
 from .openapi import openapi_document
 from .routes import Route, routes_for
-from .schema import BodyError, check
+from .schema import BodyError, check, got
 
 log = logging.getLogger("toolroute.serve")
 
@@ -196,14 +196,19 @@ class ServeApp:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        raw = b"".join(chunks)
+        if not raw.strip():
+            raise ServeError(400, "invalid_body", "expected a JSON object, got an empty body")
         try:
-            body = json.loads(b"".join(chunks) or b"null")
+            body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ServeError(400, "invalid_json", f"expected a JSON body: {exc}") from None
-        if not isinstance(body, dict):
+        except RecursionError:  # the parser recurses per level: a caller's body, not our fault
             raise ServeError(
-                400, "invalid_body", f"expected a JSON object, got {type(body).__name__}"
-            )
+                400, "invalid_json", "expected a JSON body, got one nested too deeply to read"
+            ) from None
+        if not isinstance(body, dict):
+            raise ServeError(400, "invalid_body", f"expected a JSON object, got {got(body)}")
         return body
 
     def _too_large(self, size: int) -> ServeError:
@@ -340,7 +345,13 @@ async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
 
 
 async def send_json(send: Send, status: int, data: object) -> None:
-    await _send(send, status, json.dumps(data, ensure_ascii=False).encode(), _JSON)
+    try:
+        body = json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON can spell one; a request or a catalogue may hold it) has no
+        # UTF-8 form: answer in ASCII, where it is the same \u escape the caller sent.
+        body = json.dumps(data).encode()
+    await _send(send, status, body, _JSON)
 
 
 async def _send_error(send: Send, exc: ServeError) -> None:

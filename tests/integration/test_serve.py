@@ -417,3 +417,49 @@ async def test_head_gets_the_answer_without_a_body_and_the_connection_goes_on(
     assert after.status_code == 200
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
+
+async def test_json_nested_past_what_the_parser_takes_is_400_not_500(tmp_path: Path) -> None:
+    deep = b'{"query": "x", "allow": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        reply = await client.post(
+            "/v1/select", content=deep, headers={"content-type": "application/json"}
+        )
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_json"
+    assert "nested" in error["message"]
+
+
+async def test_what_is_not_an_object_is_named_in_json_terms(tmp_path: Path) -> None:
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        empty = await client.post("/v1/select", headers={"content-type": "application/json"})
+        array = await client.post("/v1/select", json=[QUERY])
+        null = await client.post(
+            "/v1/select", content=b"null", headers={"content-type": "application/json"}
+        )
+    assert empty.json()["error"]["message"] == "expected a JSON object, got an empty body"
+    assert array.json()["error"]["message"] == "expected a JSON object, got an array"
+    assert null.json()["error"]["message"] == "expected a JSON object, got null"
+
+
+async def test_lone_surrogates_in_a_request_or_the_catalogue_are_answered_not_500(
+    tmp_path: Path,
+) -> None:
+    # JSON may spell a lone UTF-16 surrogate (a JavaScript string cut mid-emoji does); it has
+    # no UTF-8 form, so the answer spells it as the same escape instead of failing.
+    step = b'{"messages": "book a flight \\ud83c", "session": "s\\udfff"}'
+    tool = b'{"add": [{"name": "odd\\ud800", "description": "an odd forecast tool"}]}'
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        json_type = {"content-type": "application/json"}
+        prepared = await client.post("/v1/prepare-step", content=step, headers=json_type)
+        added = await client.post("/v1/update", content=tool, headers=json_type)
+        selected = await client.post(
+            "/v1/select",
+            content=b'{"query": "odd forecast", "allow": ["odd\\ud800"]}',
+            headers=json_type,
+        )
+    assert prepared.status_code == 200
+    assert json.loads(prepared.content)["query"] == "book a flight \ud83c"
+    assert added.status_code == 200
+    assert selected.status_code == 200
+    assert json.loads(selected.content)["tool_ids"] == ["odd\ud800"]

@@ -286,7 +286,8 @@ def _buffer(scope: Scope) -> int | None:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("buffer")
     if not values:
         return None
-    if not values[-1].isdigit() or int(values[-1]) < 1:
+    # ASCII digits only: ``isdigit`` also takes "²", which ``int`` refuses.
+    if not (values[-1].isascii() and values[-1].isdigit()) or int(values[-1]) < 1:
         raise ServeError(
             400,
             "invalid_value",

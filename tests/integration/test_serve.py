@@ -313,8 +313,10 @@ async def test_a_bad_event_buffer_is_400(tmp_path: Path) -> None:
     async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
         word = await client.get("/v1/events?buffer=lots")
         zero = await client.get("/v1/events?buffer=0")
+        superscript = await client.get("/v1/events?buffer=%C2%B2")  # "²": a digit to isdigit
     assert (word.status_code, word.json()["error"]["field"]) == (400, "buffer")
     assert (zero.status_code, zero.json()["error"]["field"]) == (400, "buffer")
+    assert (superscript.status_code, superscript.json()["error"]["field"]) == (400, "buffer")
 
 
 def _select_head(body: bytes, *extra: bytes) -> bytes:

@@ -226,15 +226,19 @@ async def _exchange(
     async def receive() -> Message:
         nonlocal body_done
         if not body_done:
+            # A body that stalls for ``idle_s``, is cut off or is not HTTP (a broken chunk):
+            # the app answers that it did not arrive whole, and the connection closes.
+            event = None
             try:
                 if conn.they_are_waiting_for_100_continue:  # curl asks before a large body
                     go_on = h11.InformationalResponse(status_code=100, headers=[])
                     await stream.send_all(conn.send(go_on) or b"")
-                event = None  # a body that stalls for ``idle_s``: the app answers, we close
                 with trio.move_on_after(idle_s):
                     event = await _next_event(conn, stream)
-            except (h11.RemoteProtocolError, trio.BrokenResourceError):
-                gone.set()  # the client went away mid-body, or sent a broken one
+            except h11.RemoteProtocolError:
+                pass
+            except trio.BrokenResourceError:
+                gone.set()  # the client went away mid-body
             if isinstance(event, h11.Data):
                 return {"type": "http.request", "body": bytes(event.data), "more_body": True}
             body_done = True

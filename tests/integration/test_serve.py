@@ -407,6 +407,17 @@ async def test_a_malformed_request_head_is_answered_400_then_closed(
     assert json.loads(body)["error"]["type"] == "bad_request"
 
 
+async def test_a_broken_chunked_body_is_answered_400_then_closed(tmp_path: Path) -> None:
+    head = (
+        b"POST /v1/select HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    async with served(tmp_path) as service:
+        answer = await _exchange_raw(service.url, head + b"zz\r\n{}\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b"incomplete_body" in answer
+
+
 async def test_head_gets_the_answer_without_a_body_and_the_connection_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -42,6 +42,9 @@ Send = Callable[[Message], Awaitable[None]]
 #: Paths answered without the token: a load balancer's probes carry none, and say nothing.
 OPEN_PATHS = frozenset({"/health", "/ready"})
 EVENTS_PATH = "/v1/events"
+#: Once draining, an event stream ends when no event has come for this long (the ones
+#: published before the stop are already buffered: they come at once).
+FLUSH_S = 0.1
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -83,18 +86,20 @@ class ServeApp:
         self.heartbeat_s = heartbeat_s
         self.warmed = False
         self.draining = False
-        self._drained: anyio.Event | None = None
+        #: The event streams' waits for their next event; ``drain`` cuts them short.
+        self._waits: set[anyio.CancelScope] = set()
 
     def mark_ready(self) -> None:
         """Warm-up has finished: ``/ready`` answers 200 from now on (until draining)."""
         self.warmed = True
 
     def drain(self) -> None:
-        """Shutdown has begun: ``/ready`` answers 503 and event streams end; requests in
-        flight (and any still arriving before the listener closes) are served."""
+        """Shutdown has begun: ``/ready`` answers 503 and event streams end once they have
+        sent the events already published; requests in flight (and any still arriving
+        before the listener closes) are served."""
         self.draining = True
-        if self._drained is not None:
-            self._drained.set()
+        for wait in self._waits:
+            wait.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -220,10 +225,6 @@ class ServeApp:
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         buffer = _buffer(scope)
-        if self._drained is None:
-            self._drained = anyio.Event()
-            if self.draining:
-                self._drained.set()
         gone = False
         async with (
             self.engine.subscribe(buffer) as deliveries,
@@ -237,13 +238,7 @@ class ServeApp:
                 gone = True
                 streams.cancel_scope.cancel()
 
-            async def until_drained() -> None:
-                assert self._drained is not None
-                await self._drained.wait()
-                streams.cancel_scope.cancel()
-
             streams.start_soon(until_gone)
-            streams.start_soon(until_drained)
             await send(
                 {
                     "type": "http.response.start",
@@ -263,15 +258,24 @@ class ServeApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _stream(self, deliveries: Any, send: Send) -> None:
+        """Send each delivery as it comes; once draining, send what is already buffered and
+        return (never cut short mid-frame: only the wait for the next event is)."""
         number = 0
         while True:
-            with anyio.move_on_after(self.heartbeat_s) as idle:
+            draining = self.draining
+            with anyio.move_on_after(FLUSH_S if draining else self.heartbeat_s) as idle:
+                self._waits.add(idle)
                 try:
                     delivery = await deliveries.__anext__()
                 except StopAsyncIteration:
                     return
+                finally:
+                    self._waits.discard(idle)
             if idle.cancelled_caught:
-                await _chunk(send, b": keep-alive\n\n")
+                if draining:
+                    return  # nothing more came: every event published before is out
+                if not self.draining:
+                    await _chunk(send, b": keep-alive\n\n")
                 continue
             if delivery.dropped:
                 lost = json.dumps({"dropped": delivery.dropped})

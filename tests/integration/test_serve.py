@@ -277,6 +277,47 @@ async def test_events_arrive_as_server_sent_events_and_end_when_draining(tmp_pat
     assert all(not line.startswith("event:") for line in rest)
 
 
+async def test_draining_sends_the_events_already_buffered_before_the_stream_ends(
+    tmp_path: Path,
+) -> None:
+    # A client slower than the engine: events wait in its buffer when the drain begins.
+    # They were published before the stop, so the stream sends them, then ends.
+    async with served(tmp_path) as service:
+        bodies: list[bytes] = []
+        behind = trio.Event()
+        reading = trio.Event()
+        ended = trio.Event()
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] != "http.response.body":
+                return
+            body = message.get("body", b"")
+            assert isinstance(body, bytes)
+            bodies.append(body)
+            if not message.get("more_body", False):
+                ended.set()
+            if b"subscription.started" in body:
+                behind.set()
+                await reading.wait()
+
+        async def receive() -> dict[str, object]:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        scope = {"type": "http", "method": "GET", "path": "/v1/events", "query_string": b""}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.app, {**scope, "headers": []}, receive, send)
+            with trio.fail_after(30):
+                await behind.wait()
+            for n in range(5):
+                await service.engine.select(f"{QUERY} {n}")
+            service.app.drain()
+            reading.set()
+            with trio.fail_after(30):
+                await ended.wait()
+    assert b"".join(bodies).count(b"event: selection.finished") == 5
+
+
 async def _open_events(url: str) -> tuple[trio.SocketStream, bytes]:
     """A raw client of ``/v1/events``, left open: it can walk away mid-stream (as a browser
     tab does), which httpx's streaming iterators do not do cleanly."""

@@ -114,9 +114,8 @@ async def _connection(
                 try:
                     await _serve_connection(conn, stream, app, limits, connections, scope)
                 except h11.RemoteProtocolError as exc:
-                    await _refuse(
-                        conn, stream, exc.error_status_hint, "malformed or oversized request head"
-                    )
+                    why = f"expected an HTTP/1.1 request, got one that does not read: {exc}"
+                    await _refuse(conn, stream, exc.error_status_hint, why)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         except Exception:

@@ -445,7 +445,9 @@ async def test_a_malformed_request_head_is_answered_400_then_closed(
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 "), answer
     assert b"connection: close" in head.lower()
-    assert json.loads(body)["error"]["type"] == "bad_request"
+    error = json.loads(body)["error"]
+    assert error["type"] == "bad_request"
+    assert error["message"].startswith("expected an HTTP/1.1 request, got one that does not")
 
 
 async def test_a_broken_chunked_body_is_answered_400_then_closed(tmp_path: Path) -> None:

@@ -85,7 +85,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from .._serve.run import check_token_rule, serve_catalog
 
-    token = os.environ.get(args.token_env) or None
+    # Surrounding whitespace (a secret file's last newline) no header can carry: strip it.
+    token = os.environ.get(args.token_env, "").strip() or None
     # Before any model loads: a refused start should be quick and say why.
     check_token_rule(args.host, token, args.token_env)
     catalog = read_catalog(args.catalog, args.format)

@@ -30,7 +30,7 @@ from .._core.events import to_json
 from .._runtime.engine import Engine
 from .openapi import openapi_document
 from .routes import Route, routes_for
-from .schema import BodyError, check
+from .schema import BodyError, check, got
 
 log = logging.getLogger("toolroute.serve")
 
@@ -42,6 +42,9 @@ Send = Callable[[Message], Awaitable[None]]
 #: Paths answered without the token: a load balancer's probes carry none, and say nothing.
 OPEN_PATHS = frozenset({"/health", "/ready"})
 EVENTS_PATH = "/v1/events"
+#: Once draining, an event stream ends when no event has come for this long (the ones
+#: published before the stop are already buffered: they come at once).
+FLUSH_S = 0.1
 _JSON = [(b"content-type", b"application/json")]
 
 
@@ -83,18 +86,20 @@ class ServeApp:
         self.heartbeat_s = heartbeat_s
         self.warmed = False
         self.draining = False
-        self._drained: anyio.Event | None = None
+        #: The event streams' waits for their next event; ``drain`` cuts them short.
+        self._waits: set[anyio.CancelScope] = set()
 
     def mark_ready(self) -> None:
         """Warm-up has finished: ``/ready`` answers 200 from now on (until draining)."""
         self.warmed = True
 
     def drain(self) -> None:
-        """Shutdown has begun: ``/ready`` answers 503 and event streams end; requests in
-        flight (and any still arriving before the listener closes) are served."""
+        """Shutdown has begun: ``/ready`` answers 503 and event streams end once they have
+        sent the events already published; requests in flight (and any still arriving
+        before the listener closes) are served."""
         self.draining = True
-        if self._drained is not None:
-            self._drained.set()
+        for wait in self._waits:
+            wait.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -196,14 +201,19 @@ class ServeApp:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        raw = b"".join(chunks)
+        if not raw.strip():
+            raise ServeError(400, "invalid_body", "expected a JSON object, got an empty body")
         try:
-            body = json.loads(b"".join(chunks) or b"null")
+            body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ServeError(400, "invalid_json", f"expected a JSON body: {exc}") from None
-        if not isinstance(body, dict):
+        except RecursionError:  # the parser recurses per level: a caller's body, not our fault
             raise ServeError(
-                400, "invalid_body", f"expected a JSON object, got {type(body).__name__}"
-            )
+                400, "invalid_json", "expected a JSON body, got one nested too deeply to read"
+            ) from None
+        if not isinstance(body, dict):
+            raise ServeError(400, "invalid_body", f"expected a JSON object, got {got(body)}")
         return body
 
     def _too_large(self, size: int) -> ServeError:
@@ -215,10 +225,6 @@ class ServeApp:
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         buffer = _buffer(scope)
-        if self._drained is None:
-            self._drained = anyio.Event()
-            if self.draining:
-                self._drained.set()
         gone = False
         async with (
             self.engine.subscribe(buffer) as deliveries,
@@ -232,13 +238,7 @@ class ServeApp:
                 gone = True
                 streams.cancel_scope.cancel()
 
-            async def until_drained() -> None:
-                assert self._drained is not None
-                await self._drained.wait()
-                streams.cancel_scope.cancel()
-
             streams.start_soon(until_gone)
-            streams.start_soon(until_drained)
             await send(
                 {
                     "type": "http.response.start",
@@ -258,15 +258,24 @@ class ServeApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _stream(self, deliveries: Any, send: Send) -> None:
+        """Send each delivery as it comes; once draining, send what is already buffered and
+        return (never cut short mid-frame: only the wait for the next event is)."""
         number = 0
         while True:
-            with anyio.move_on_after(self.heartbeat_s) as idle:
+            draining = self.draining
+            with anyio.move_on_after(FLUSH_S if draining else self.heartbeat_s) as idle:
+                self._waits.add(idle)
                 try:
                     delivery = await deliveries.__anext__()
                 except StopAsyncIteration:
                     return
+                finally:
+                    self._waits.discard(idle)
             if idle.cancelled_caught:
-                await _chunk(send, b": keep-alive\n\n")
+                if draining:
+                    return  # nothing more came: every event published before is out
+                if not self.draining:
+                    await _chunk(send, b": keep-alive\n\n")
                 continue
             if delivery.dropped:
                 lost = json.dumps({"dropped": delivery.dropped})
@@ -281,7 +290,8 @@ def _buffer(scope: Scope) -> int | None:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("buffer")
     if not values:
         return None
-    if not values[-1].isdigit() or int(values[-1]) < 1:
+    # ASCII digits only: ``isdigit`` also takes "²", which ``int`` refuses.
+    if not (values[-1].isascii() and values[-1].isdigit()) or int(values[-1]) < 1:
         raise ServeError(
             400,
             "invalid_value",
@@ -340,7 +350,13 @@ async def _send(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
 
 
 async def send_json(send: Send, status: int, data: object) -> None:
-    await _send(send, status, json.dumps(data, ensure_ascii=False).encode(), _JSON)
+    try:
+        body = json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON can spell one; a request or a catalogue may hold it) has no
+        # UTF-8 form: answer in ASCII, where it is the same \u escape the caller sent.
+        body = json.dumps(data).encode()
+    await _send(send, status, body, _JSON)
 
 
 async def _send_error(send: Send, exc: ServeError) -> None:

@@ -110,26 +110,12 @@ async def _connection(
         connections.idle[scope] = True
         try:
             async with stream:
-                while not connections.stopping:
-                    with trio.move_on_after(limits.idle_s):
-                        event = await _next_event(conn, stream)
-                    if not isinstance(event, h11.Request):
-                        return  # idle too long, closed, or not a request
-                    if _head_size(event) > limits.max_header_bytes:
-                        # h11 bounds only a head still arriving; one read can bring it whole.
-                        await _refuse(conn, stream, 431, "request head too large")
-                        return
-                    connections.idle[scope] = False
-                    await _exchange(conn, stream, event, app, connections, limits.idle_s)
-                    connections.idle[scope] = True
-                    _skip_buffered_body(conn)
-                    if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                        return  # a body the app did not read, or a response cut short
-                    conn.start_next_cycle()
-        except h11.RemoteProtocolError as exc:
-            await _refuse(
-                conn, stream, exc.error_status_hint, "malformed or oversized request head"
-            )
+                # The refusal is sent inside ``async with``: the stream is still open.
+                try:
+                    await _serve_connection(conn, stream, app, limits, connections, scope)
+                except h11.RemoteProtocolError as exc:
+                    why = f"expected an HTTP/1.1 request, got one that does not read: {exc}"
+                    await _refuse(conn, stream, exc.error_status_hint, why)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         except Exception:
@@ -138,6 +124,32 @@ async def _connection(
             log.exception("toolroute serve: a connection failed")
         finally:
             del connections.idle[scope]
+
+
+async def _serve_connection(
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    app: App,
+    limits: Limits,
+    connections: _Connections,
+    scope: trio.CancelScope,
+) -> None:
+    while not connections.stopping:
+        with trio.move_on_after(limits.idle_s):
+            event = await _next_event(conn, stream)
+        if not isinstance(event, h11.Request):
+            return  # idle too long, closed, or not a request
+        if _head_size(event) > limits.max_header_bytes:
+            # h11 bounds only a head still arriving; one read can bring it whole.
+            await _refuse(conn, stream, 431, "request head too large")
+            return
+        connections.idle[scope] = False
+        await _exchange(conn, stream, event, app, connections, limits.idle_s)
+        connections.idle[scope] = True
+        _skip_buffered_body(conn)
+        if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            return  # a body the app did not read, or a response cut short
+        conn.start_next_cycle()
 
 
 def _skip_buffered_body(conn: h11.Connection) -> None:
@@ -205,6 +217,7 @@ async def _exchange(
         "server": _address(stream, "getsockname"),
     }
     body_done = False
+    head_only = request.method == b"HEAD"
     started: dict[str, Any] = {}
     # Once the client has gone, sends are dropped (ASGI: the app learns it from ``receive``).
     gone = trio.Event()
@@ -212,15 +225,19 @@ async def _exchange(
     async def receive() -> Message:
         nonlocal body_done
         if not body_done:
+            # A body that stalls for ``idle_s``, is cut off or is not HTTP (a broken chunk):
+            # the app answers that it did not arrive whole, and the connection closes.
+            event = None
             try:
                 if conn.they_are_waiting_for_100_continue:  # curl asks before a large body
                     go_on = h11.InformationalResponse(status_code=100, headers=[])
                     await stream.send_all(conn.send(go_on) or b"")
-                event = None  # a body that stalls for ``idle_s``: the app answers, we close
                 with trio.move_on_after(idle_s):
                     event = await _next_event(conn, stream)
-            except (h11.RemoteProtocolError, trio.BrokenResourceError):
-                gone.set()  # the client went away mid-body, or sent a broken one
+            except h11.RemoteProtocolError:
+                pass
+            except trio.BrokenResourceError:
+                gone.set()  # the client went away mid-body
             if isinstance(event, h11.Data):
                 return {"type": "http.request", "body": bytes(event.data), "more_body": True}
             body_done = True
@@ -252,7 +269,8 @@ async def _exchange(
             status = started["status"]
             response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
             out += conn.send(response) or b""
-        chunk = message.get("body", b"")
+        # A HEAD answer is the GET answer's head alone (its length included).
+        chunk = b"" if head_only else message.get("body", b"")
         if chunk:
             out += conn.send(h11.Data(data=chunk)) or b""
         if not message.get("more_body", False):

@@ -117,6 +117,7 @@ def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:
                     "description": "an endless stream; 'event: dropped' counts events lost",
                     "content": {"text/event-stream": {"schema": {"type": "string"}}},
                 },
+                "400": _error("buffer is not an integer of at least 1"),
                 "401": _error(_ERRORS["401"]),
             },
         }
@@ -125,7 +126,10 @@ def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:
         "get": {
             "operationId": "openapi",
             "summary": "This document",
-            "responses": {"200": _json({"type": "object"}, "the OpenAPI document")},
+            "responses": {
+                "200": _json({"type": "object"}, "the OpenAPI document"),
+                "401": _error(_ERRORS["401"]),
+            },
         }
     }
     return {

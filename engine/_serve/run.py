@@ -58,8 +58,9 @@ async def serve_engine(
 ) -> None:
     """Serve ``engine`` until SIGINT or SIGTERM, then finish the requests in flight.
 
-    The first signal drains: ``/ready`` answers 503, event streams end, the listener closes,
-    and requests in flight get ``grace_s`` seconds to finish. A second signal stops at once.
+    The first signal drains: ``/ready`` answers 503, event streams send what was published
+    and end, the listener closes, and requests in flight get ``grace_s`` seconds to finish.
+    A second signal stops at once.
 
     Raises:
         ConfigError: the bind address is beyond loopback and there is no token, or the

@@ -113,14 +113,14 @@ def check(value: object, schema: Schema, field: str | None = None) -> None:
     where = field or "the body"
     if "anyOf" in schema:
         if not any(_fits(value, option, field) for option in schema["anyOf"]):
-            raise BodyError(f"{where}: expected {describe(schema)}, got {_got(value)}", field)
+            raise BodyError(f"{where}: expected {describe(schema)}, got {got(value)}", field)
         return
     kind = schema.get("type")
     if kind is not None and not _is_type(value, kind):
-        raise BodyError(f"{where}: expected {describe(schema)}, got {_got(value)}", field)
+        raise BodyError(f"{where}: expected {describe(schema)}, got {got(value)}", field)
     if "enum" in schema and value not in schema["enum"]:
         choices = ", ".join(repr(v) for v in schema["enum"])
-        raise BodyError(f"{where}: expected one of {choices}, got {_got(value)}", field)
+        raise BodyError(f"{where}: expected one of {choices}, got {got(value)}", field)
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         raise BodyError(f"{where}: expected a non-empty string, got {value!r}", field)
     if _is_number(value):
@@ -210,7 +210,7 @@ def _a(kind: str) -> str:
     )
 
 
-def _got(value: object) -> str:
+def got(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -277,6 +277,47 @@ async def test_events_arrive_as_server_sent_events_and_end_when_draining(tmp_pat
     assert all(not line.startswith("event:") for line in rest)
 
 
+async def test_draining_sends_the_events_already_buffered_before_the_stream_ends(
+    tmp_path: Path,
+) -> None:
+    # A client slower than the engine: events wait in its buffer when the drain begins.
+    # They were published before the stop, so the stream sends them, then ends.
+    async with served(tmp_path) as service:
+        bodies: list[bytes] = []
+        behind = trio.Event()
+        reading = trio.Event()
+        ended = trio.Event()
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] != "http.response.body":
+                return
+            body = message.get("body", b"")
+            assert isinstance(body, bytes)
+            bodies.append(body)
+            if not message.get("more_body", False):
+                ended.set()
+            if b"subscription.started" in body:
+                behind.set()
+                await reading.wait()
+
+        async def receive() -> dict[str, object]:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        scope = {"type": "http", "method": "GET", "path": "/v1/events", "query_string": b""}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.app, {**scope, "headers": []}, receive, send)
+            with trio.fail_after(30):
+                await behind.wait()
+            for n in range(5):
+                await service.engine.select(f"{QUERY} {n}")
+            service.app.drain()
+            reading.set()
+            with trio.fail_after(30):
+                await ended.wait()
+    assert b"".join(bodies).count(b"event: selection.finished") == 5
+
+
 async def _open_events(url: str) -> tuple[trio.SocketStream, bytes]:
     """A raw client of ``/v1/events``, left open: it can walk away mid-stream (as a browser
     tab does), which httpx's streaming iterators do not do cleanly."""
@@ -313,8 +354,10 @@ async def test_a_bad_event_buffer_is_400(tmp_path: Path) -> None:
     async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
         word = await client.get("/v1/events?buffer=lots")
         zero = await client.get("/v1/events?buffer=0")
+        superscript = await client.get("/v1/events?buffer=%C2%B2")  # "²": a digit to isdigit
     assert (word.status_code, word.json()["error"]["field"]) == (400, "buffer")
     assert (zero.status_code, zero.json()["error"]["field"]) == (400, "buffer")
+    assert (superscript.status_code, superscript.json()["error"]["field"]) == (400, "buffer")
 
 
 def _select_head(body: bytes, *extra: bytes) -> bytes:
@@ -369,3 +412,110 @@ async def test_a_body_that_stalls_is_given_up_on(tmp_path: Path) -> None:
         await stream.aclose()
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b"incomplete_body" in answer
+
+
+async def _exchange_raw(service_url: str, request: bytes) -> bytes:
+    """Send ``request`` on a fresh connection and read until the server closes it."""
+    stream = await trio.open_tcp_stream("127.0.0.1", int(service_url.rsplit(":", 1)[1]))
+    answer = b""
+    with trio.fail_after(30):
+        await stream.send_all(request)
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+    await stream.aclose()
+    return answer
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        pytest.param(b"GET /health HTTP/1.1\r\n\r\n", id="no-host"),
+        pytest.param(
+            b"POST /v1/select HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n", id="bad-length"
+        ),
+        pytest.param(b"\x16\x03\x01\x00\xa5\x01\x00 TLS hello\r\n\r\n", id="tls-on-plain-http"),
+        pytest.param("GET /hé HTTP/1.1\r\nHost: t\r\n\r\n".encode(), id="non-ascii-target"),
+    ],
+)
+async def test_a_malformed_request_head_is_answered_400_then_closed(
+    tmp_path: Path, request_bytes: bytes
+) -> None:
+    async with served(tmp_path) as service:
+        answer = await _exchange_raw(service.url, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert b"connection: close" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["type"] == "bad_request"
+    assert error["message"].startswith("expected an HTTP/1.1 request, got one that does not")
+
+
+async def test_a_broken_chunked_body_is_answered_400_then_closed(tmp_path: Path) -> None:
+    head = (
+        b"POST /v1/select HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    async with served(tmp_path) as service:
+        answer = await _exchange_raw(service.url, head + b"zz\r\n{}\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    assert b"incomplete_body" in answer
+
+
+async def test_head_gets_the_answer_without_a_body_and_the_connection_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        head = await client.head("/health")
+        after = await client.get("/health")
+    assert head.status_code == 405
+    assert head.headers["allow"] == "GET"
+    assert head.content == b""
+    assert after.status_code == 200
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_json_nested_past_what_the_parser_takes_is_400_not_500(tmp_path: Path) -> None:
+    deep = b'{"query": "x", "allow": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        reply = await client.post(
+            "/v1/select", content=deep, headers={"content-type": "application/json"}
+        )
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_json"
+    assert "nested" in error["message"]
+
+
+async def test_what_is_not_an_object_is_named_in_json_terms(tmp_path: Path) -> None:
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        empty = await client.post("/v1/select", headers={"content-type": "application/json"})
+        array = await client.post("/v1/select", json=[QUERY])
+        null = await client.post(
+            "/v1/select", content=b"null", headers={"content-type": "application/json"}
+        )
+    assert empty.json()["error"]["message"] == "expected a JSON object, got an empty body"
+    assert array.json()["error"]["message"] == "expected a JSON object, got an array"
+    assert null.json()["error"]["message"] == "expected a JSON object, got null"
+
+
+async def test_lone_surrogates_in_a_request_or_the_catalogue_are_answered_not_500(
+    tmp_path: Path,
+) -> None:
+    # JSON may spell a lone UTF-16 surrogate (a JavaScript string cut mid-emoji does); it has
+    # no UTF-8 form, so the answer spells it as the same escape instead of failing.
+    step = b'{"messages": "book a flight \\ud83c", "session": "s\\udfff"}'
+    tool = b'{"add": [{"name": "odd\\ud800", "description": "an odd forecast tool"}]}'
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        json_type = {"content-type": "application/json"}
+        prepared = await client.post("/v1/prepare-step", content=step, headers=json_type)
+        added = await client.post("/v1/update", content=tool, headers=json_type)
+        selected = await client.post(
+            "/v1/select",
+            content=b'{"query": "odd forecast", "allow": ["odd\\ud800"]}',
+            headers=json_type,
+        )
+    assert prepared.status_code == 200
+    assert json.loads(prepared.content)["query"] == "book a flight \ud83c"
+    assert added.status_code == 200
+    assert selected.status_code == 200
+    assert json.loads(selected.content)["tool_ids"] == ["odd\ud800"]

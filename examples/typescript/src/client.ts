@@ -61,6 +61,8 @@ export interface Decision {
     model: string;
     provider: string;
     answers: Record<string, { type: string; [key: string]: unknown }>;
+    usage: { input_tokens: number; output_tokens: number };
+    latency_ms: number;
   } | null;
 }
 
@@ -161,6 +163,12 @@ export class ToolrouteClient {
     replace?: Record<string, unknown>[];
   }): Promise<{ tools: number; served: number }> {
     return this.post("/v1/update", request);
+  }
+
+  /** Record that these tools served this request (the service has `/v1/learn` when its
+   * engine can learn; otherwise this is a 404 `not_found`). */
+  learn(request: { request: string; tool_ids: string[] }): Promise<{ learned: number }> {
+    return this.post("/v1/learn", request);
   }
 
   async ready(): Promise<Ready> {

@@ -120,14 +120,16 @@ class ServeApp:
         path, method = scope["path"], scope["method"]
         if path not in OPEN_PATHS:
             self._authenticate(scope)
+        # The probes and the document answer HEAD too (monitors probe with it); the
+        # transport sends a HEAD answer's head only.
         if path == "/health":
-            _allow(method, "GET")
+            _allow(method, "GET", "HEAD")
             await send_json(send, 200, {"status": "ok", "version": __version__})
         elif path == "/ready":
-            _allow(method, "GET")
+            _allow(method, "GET", "HEAD")
             await self._ready(send)
         elif path == "/openapi.json":
-            _allow(method, "GET")
+            _allow(method, "GET", "HEAD")
             await _send(send, 200, self.openapi, _JSON)
         elif path == EVENTS_PATH:
             _allow(method, "GET")
@@ -309,10 +311,13 @@ def _field_named(message: str, body: Mapping[str, Any]) -> str | None:
     return next(iter(body), None) if len(body) == 1 else None
 
 
-def _allow(method: str, allowed: str) -> None:
-    if method != allowed:
+def _allow(method: str, *allowed: str) -> None:
+    if method not in allowed:
         raise ServeError(
-            405, "method_not_allowed", f"expected {allowed}, got {method}", allow=allowed
+            405,
+            "method_not_allowed",
+            f"expected {' or '.join(allowed)}, got {method}",
+            allow=", ".join(allowed),
         )
 
 

@@ -461,16 +461,21 @@ async def test_a_broken_chunked_body_is_answered_400_then_closed(tmp_path: Path)
     assert b"incomplete_body" in answer
 
 
-async def test_head_gets_the_answer_without_a_body_and_the_connection_goes_on(
+async def test_head_on_a_probe_gets_its_answer_without_a_body_and_elsewhere_405(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
-        head = await client.head("/health")
+        head = await client.head("/health")  # how many uptime monitors probe
         after = await client.get("/health")
-    assert head.status_code == 405
-    assert head.headers["allow"] == "GET"
+        not_here = await client.head("/v1/select")
+    assert head.status_code == 200
     assert head.content == b""
+    assert head.headers["content-length"] == after.headers["content-length"]
     assert after.status_code == 200
+    assert after.json()["status"] == "ok"
+    assert not_here.status_code == 405
+    assert not_here.headers["allow"] == "POST"
+    assert not_here.content == b""
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 

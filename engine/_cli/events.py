@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._core.errors import ConfigError
+from .._core.errors import ConfigError, leaves
 from .._core.events import from_json, to_json
 from .._stores.redis.streams import _text
 
@@ -95,12 +95,7 @@ def _found(
     exc: BaseException, kinds: type[BaseException] | tuple[type[BaseException], ...]
 ) -> BaseException | None:
     """``exc``, or the first exception in its groups, when it is one of ``kinds``."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := _found(inner, kinds)) is not None:
-                return found
-        return None
-    return exc if isinstance(exc, kinds) else None
+    return next((leaf for leaf in leaves(exc) if isinstance(leaf, kinds)), None)
 
 
 #: Seconds between attempts to reach Redis again while ``--follow`` has lost it.

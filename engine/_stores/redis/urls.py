@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
-from ..._core.errors import ConfigError
+from ..._core.errors import ConfigError, leaves
 
 SCHEMES: Final = ("redis://", "rediss://", "unix://")
 
@@ -63,15 +63,12 @@ def refusal(exc: BaseException) -> BaseException | None:
     server does not have. ``None`` for anything else (down, late, dropped)."""
     import coredis.exceptions
 
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := refusal(inner)) is not None:
-                return found
-        return None
-    if isinstance(exc, coredis.exceptions.AuthenticationError):
-        return exc
-    if type(exc) is coredis.exceptions.ResponseError and str(exc).startswith(_NO_SUCH_DATABASE):
-        return exc
+    for leaf in leaves(exc):
+        if isinstance(leaf, coredis.exceptions.AuthenticationError) or (
+            type(leaf) is coredis.exceptions.ResponseError
+            and str(leaf).startswith(_NO_SUCH_DATABASE)
+        ):
+            return leaf
     return None
 
 
@@ -84,14 +81,14 @@ def refused(url: str, exc: BaseException) -> ConfigError:
 
 
 def client_from(url: str, what: str = "url", **options: Any) -> Any:
-    """``coredis.Redis.from_url(url, **options)`` after ``checked_url``.
+    """``coredis.Redis.from_url(url, **options)`` for a URL ``checked_url`` passed (each
+    caller checks it first, before it needs coredis).
 
     Raises:
-        ConfigError: what ``checked_url`` refuses, or an option the client cannot read.
+        ConfigError: an option the client cannot read.
     """
     import coredis
 
-    checked_url(url, what)
     try:
         return coredis.Redis.from_url(url, **options)
     except ValueError as exc:

@@ -69,9 +69,11 @@ def _rename(value: Any, module: str) -> None:
 
 
 def _members(cls: type, home: str) -> Iterable[Any]:
-    for member in vars(cls).values():
+    # Functions only: ``attrs.resolve_types`` stores the class itself in its namespace, and
+    # renaming the class while its namespace is read fails on Python 3.13.
+    for member in list(vars(cls).values()):
         function = getattr(member, "__func__", member)  # classmethod / staticmethod
-        if callable(function) and getattr(function, "__module__", None) == home:
+        if inspect.isfunction(function) and function.__module__ == home:
             yield function
 
 

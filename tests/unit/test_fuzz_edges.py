@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from toolroute import Catalog, CatalogError, ConfigError, Tool, dedupe_tools
 from toolroute._cli.inputs import read_catalog, read_json, read_queries
 from toolroute._cli.main import main
-from toolroute._core.catalog.readers import FORMATS
+from toolroute._core.catalog.readers import FORMATS, MAX_NESTING
 from toolroute._core.config import EngineConfig
 from toolroute._core.select.conversation import extract_query, idle_steps, read_turns
 
@@ -366,6 +366,15 @@ def test_deeply_nested_definitions_are_catalog_errors(depth: int, tmp_path: Path
         Catalog.from_file(path)
     with pytest.raises(ConfigError, match="is not valid JSON: nested too deeply"):
         read_catalog(path, None)
+
+
+def test_a_schema_nests_up_to_the_same_bound_on_every_python() -> None:
+    # The parameters object is level 1; its array and the arrays inside it follow.
+    deepest_allowed = {"type": "object", "x": nested_list(MAX_NESTING - 2)}
+    assert Catalog.from_data([{"name": "x", "parameters": deepest_allowed}]).tools[0].parameters
+    one_more = {"type": "object", "x": nested_list(MAX_NESTING - 1)}
+    with pytest.raises(CatalogError, match=r"tool 0 \('x'\): the schema is nested too deeply"):
+        Catalog.from_data([{"name": "x", "parameters": one_more}])
 
 
 @pytest.mark.parametrize("depth", [400, 5_000])

@@ -379,14 +379,19 @@ def test_expected_ids_outside_the_catalogue_are_named(
     )
 
 
+def json_says(text: str) -> str:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return f"is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+    raise AssertionError(f"{text!r} is valid JSON")
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [
         ("[", "is not valid JSON: Expecting value at line 1, column 2"),
-        (
-            '{"a": 1,}',
-            "is not valid JSON: Expecting property name enclosed in double quotes at line 1, column 9",
-        ),
+        ('{"a": 1,}', json_says('{"a": 1,}')),  # Python 3.13 words this one otherwise
         (b"\xff\xfe[]", "is not UTF-8: invalid start byte"),
         ("[" * 100_000 + "]" * 100_000, "is not valid JSON: nested too deeply"),
     ],

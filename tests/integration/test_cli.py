@@ -652,6 +652,10 @@ def test_events_from_start_without_follow_or_group_is_refused(
         "toolroute: error: --from-start goes with --follow or --group; without them every "
         "event the stream holds is printed already"
     )
+
+
+def test_events_from_start_with_a_group_is_accepted() -> None:
+    pytest.importorskip("coredis")
     # With --group it says where a new group begins: accepted (the connection then fails; in
     # a process of its own, as the client's unclosed streams would warn in this one).
     command = ["events", "--redis", "redis://127.0.0.1:1", "--group", "g", "--from-start"]

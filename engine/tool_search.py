@@ -70,7 +70,9 @@ class ToolSearch:
 
     Raises:
         ConfigError: an unknown vendor, ``tools`` is not a list of that vendor's tool
-            objects (another vendor's shape is named), ``keep`` is not a list of names, ``k``
+            objects (another vendor's shape is named) or repeats a tool name (the vendor
+            refuses that; one name in two OpenAI namespaces is fine), ``keep`` is not a list
+            of names, ``k``
             is not a positive integer, or ``tenant`` is not a ``ToolAccess``.
     """
 

@@ -149,7 +149,7 @@ async def _print_events(args: argparse.Namespace) -> None:
 
 
 async def _read_events(args: argparse.Namespace, reading: _Reading) -> None:
-    from .._stores.redis.urls import client_from
+    from .._stores.redis.urls import check_speaks_tls, client_from
 
     key = f"{args.namespace}:events"
     if args.group is not None:
@@ -173,6 +173,7 @@ async def _read_events(args: argparse.Namespace, reading: _Reading) -> None:
                 await consumer.ack(*(item.entry_id for item in batch))
                 if not args.follow and not batch:
                     return
+    await check_speaks_tls(args.redis)
     client: coredis.Redis[bytes] = client_from(args.redis, "--redis")
     async with client:
         if reading.last == "$":

@@ -13,7 +13,7 @@ from .._routing.questions import RoutingOutcome
 from .._stores.redis.codec import AttrsCodec
 from .._stores.redis.shared import RedisStores, open_shared_stores
 from .._stores.redis.streams import EventConsumer
-from .._stores.redis.urls import checked_url, client_from, refusal, refused
+from .._stores.redis.urls import check_speaks_tls, checked_url, client_from, refusal, refused
 
 __all__ = ["open_event_consumer", "open_redis_stores"]
 
@@ -56,7 +56,8 @@ async def open_redis_stores(
 
     Raises:
         ConfigError: a bad URL or option, Redis answered that it refuses the URL's password,
-            user or database number, or coredis is not installed.
+            user or database number, a ``rediss://`` URL names a plain Redis (which never
+            answers a TLS handshake), or coredis is not installed.
 
     **Fail-open:** Redis need not be up when the block starts; every call has ``deadline_s``;
     while Redis is down nothing waits on it, writes and events wait (bounded, the excess
@@ -105,7 +106,8 @@ async def open_event_consumer(
 
     Raises:
         ConfigError: a bad URL or argument, Redis refused the URL's password, user or
-            database number, or coredis is not installed.
+            database number, a ``rediss://`` URL names a plain Redis, or coredis is not
+            installed.
     """
     checked_url(url)
     for name, value in (("group", group), ("consumer", consumer), ("namespace", namespace)):
@@ -121,6 +123,7 @@ async def open_event_consumer(
         import coredis.exceptions
     except ImportError as exc:
         raise ConfigError("reading events needs coredis: pip install 'toolroute[redis]'") from exc
+    await check_speaks_tls(url)
     client: coredis.Redis[bytes] = client_from(url)
     refusing: BaseException | None = None
     async with client:

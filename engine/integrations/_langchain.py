@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -28,6 +29,17 @@ class _Hidden:
     session: str | None
     shown: tuple[str, ...]
     search_tool: str | None
+    #: How many such calls wait: calls without an id are told apart only by name and args.
+    calls: int = 1
+
+
+def _call_key(call: Mapping[str, Any]) -> str:
+    """The call's id; for a call without one (some chat models send ``id: None``), its name
+    and arguments, the only way the tool node's call can be matched to the model's."""
+    if call["id"] is not None:
+        return str(call["id"])
+    arguments = json.dumps(call.get("args"), sort_keys=True, default=repr)
+    return f"\0no-id\0{call['name']}\0{arguments}"
 
 
 def _tool_name(tool: BaseTool | dict[str, Any]) -> str | None:
@@ -129,12 +141,15 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
             if not isinstance(message, AIMessage):
                 continue
             for call in message.tool_calls:
-                if call["name"] not in hidden or call["id"] is None:
+                if call["name"] not in hidden:
                     continue
                 if self._router.mode == "activate":
                     self._router.activations.activate(session, call["name"])
                     continue
-                self._hidden[(session, call["id"])] = _Hidden(session, shown, search_tool)
+                key = (session, _call_key(call))
+                waiting = self._hidden.get(key) if call["id"] is None else None
+                calls = waiting.calls + 1 if waiting is not None else 1
+                self._hidden[key] = _Hidden(session, shown, search_tool, calls)
                 while len(self._hidden) > _MAX_PENDING:
                     self._hidden.popitem(last=False)
 
@@ -144,15 +159,15 @@ class ToolRouteMiddleware(AgentMiddleware[Any, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         call = request.tool_call
-        hidden = None
-        if call["id"] is not None:
-            key = (_session(_state_messages(request.state)), call["id"])
-            hidden = self._hidden.pop(key, None)
+        key = (_session(_state_messages(request.state)), _call_key(call))
+        hidden = self._hidden.pop(key, None)
         if hidden is None:
             return await handler(request)
+        if hidden.calls > 1:
+            self._hidden[key] = attrs.evolve(hidden, calls=hidden.calls - 1)
         return ToolMessage(
             content=refusal(call["name"], search_tool=hidden.search_tool, shown=hidden.shown),
-            tool_call_id=call["id"],
+            tool_call_id=call["id"] or "",  # a ToolMessage needs a string id
             name=call["name"],
             status="error",
         )

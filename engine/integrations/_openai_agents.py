@@ -35,8 +35,9 @@ class _Run:
     narrowed: Narrowing | None = None
     #: True once the turn's tools started: the next ``is_enabled`` opens a new turn.
     stale: bool = True
-    #: Shown tools the model called in its last response: never withdrawn before they run.
-    called: frozenset[str] = frozenset()
+    #: Shown tools the model called in its last response, as ``(namespace, name)``: never
+    #: withdrawn before they run.
+    called: frozenset[tuple[str | None, str]] = frozenset()
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
 
@@ -71,7 +72,8 @@ class ToolRouter:
     ) -> None:
         self._router = StepRouter(engine, "ToolRouter", on_hidden_call, search_tool)
         self._runs: dict[int, _Run] = {}
-        self._tool_names: tuple[str, ...] = ()
+        #: The routed agents' function tools as ``(namespace, name)``, named in refusals.
+        self._tool_names: tuple[tuple[str | None, str], ...] = ()
 
     def route(self, agent: Agent[Any]) -> Agent[Any]:
         """A copy of ``agent`` whose tools are chosen per turn (the agent is not changed,
@@ -79,13 +81,15 @@ class ToolRouter:
         if not isinstance(agent, Agent):
             raise TypeError(f"route expected an agents.Agent, got {type(agent).__name__}")
         tools: list[Tool] = [
-            dataclasses.replace(tool, is_enabled=self._enabled(tool.is_enabled, tool.name))
+            dataclasses.replace(
+                tool, is_enabled=self._enabled(tool.is_enabled, tool.name, _namespace(tool))
+            )
             if isinstance(tool, FunctionTool)
             else tool
             for tool in agent.tools
         ]
-        names = (t.name for t in tools if isinstance(t, FunctionTool))
-        self._tool_names = tuple(dict.fromkeys((*self._tool_names, *names)))  # named in refusals
+        names = ((_namespace(t), t.name) for t in tools if isinstance(t, FunctionTool))
+        self._tool_names = tuple(dict.fromkeys((*self._tool_names, *names)))
         for server in agent.mcp_servers:
             previous = getattr(server, "tool_filter", None)
             if getattr(previous, "_toolroute", False):
@@ -135,17 +139,27 @@ class ToolRouter:
                 run.stale = False
             return run, run.narrowed
 
-    async def _shows(self, context: RunContextWrapper[Any], name: str, server: str | None) -> bool:
+    async def _shows(
+        self,
+        context: RunContextWrapper[Any],
+        name: str,
+        server: str | None,
+        namespace: str | None = None,
+    ) -> bool:
+        """Whether the tool ``name`` (of MCP server ``server``, or in the SDK ``namespace``,
+        which the catalogue reads as its server) is shown on this turn."""
         run, narrowed = await self._turn(context)
-        return name in run.called or narrowed.shows(name, server)
+        if (namespace, name) in run.called or _qualified(namespace, name) in narrowed.keep:
+            return True  # called this turn, or activated (by the name the SDK reports)
+        return narrowed.shows(name, server if server is not None else namespace)
 
     def _enabled(
-        self, previous: bool | Callable[..., Any], name: str
+        self, previous: bool | Callable[..., Any], name: str, namespace: str | None
     ) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
         async def is_enabled(context: RunContextWrapper[Any], agent: Any) -> bool:
             if not await _allowed(previous, context, agent):
                 return False  # the tool's own rule comes first
-            return await self._shows(context, name, None)
+            return await self._shows(context, name, None, namespace)
 
         return is_enabled
 
@@ -168,7 +182,11 @@ class ToolRouter:
                 self._router.activations.activate(run.session, args.tool_name)
                 return activation_note(args.tool_name)
             narrowed = run.narrowed
-            shown = narrowed.filter(self._tool_names) if narrowed is not None else []
+            shown = [
+                _qualified(namespace, name)
+                for namespace, name in self._tool_names
+                if narrowed is not None and narrowed.shows(name, namespace)
+            ]
             search = self._router.search_tool
             offered = search if search is not None and search in shown else None
             return refusal(args.tool_name, search_tool=offered, shown=shown)
@@ -185,17 +203,38 @@ class ToolRouter:
         run.conversation.extend(response.output)
         shown = run.narrowed
         # Only calls of tools the turn showed: a hidden one is answered by the rule, not run.
-        run.called = frozenset(
-            name
+        calls = (
+            (_call_namespace(item), name)
             for item in response.output
             if isinstance(name := getattr(item, "name", None), str)
             and getattr(item, "type", None) == "function_call"
-            and (shown is None or shown.shows(name))
+        )
+        run.called = frozenset(
+            (namespace, name)
+            for namespace, name in calls
+            if shown is None or shown.shows(name, namespace)
         )
 
     def _tools_started(self, context: RunContextWrapper[Any]) -> None:
         # The SDK's re-check of this turn is behind us: the next ``is_enabled`` opens a turn.
         self._run(context).stale = True
+
+
+def _namespace(tool: FunctionTool) -> str | None:
+    """The namespace the SDK's ``tool_namespace`` put ``tool`` in, if any."""
+    namespace = getattr(tool, "_tool_namespace", None)
+    return namespace if isinstance(namespace, str) and namespace else None
+
+
+def _qualified(namespace: str | None, name: str) -> str:
+    """The name the SDK reports a tool by: ``namespace.name`` for a namespaced one."""
+    return f"{namespace}.{name}" if namespace is not None else name
+
+
+def _call_namespace(item: Any) -> str | None:
+    """The namespace a ``function_call`` item names, if any."""
+    namespace = getattr(item, "namespace", None)
+    return namespace if isinstance(namespace, str) and namespace else None
 
 
 async def _maybe(value: Any) -> Any:

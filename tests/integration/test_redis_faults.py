@@ -20,13 +20,13 @@ import trio
 
 pytest.importorskip("coredis", reason="the Redis stores need the redis extra (coredis)")
 
-from redisbox.nodes import CATALOG, open_nodes
+from redisbox.nodes import CATALOG, node_config, open_nodes
 from redisbox.proxy import FaultProxy
 from redisbox.server import REDIS_SERVER, RedisServer
 
-from toolroute import Outcome
+from toolroute import ConfigError, Outcome
 from toolroute.events import FailOpen
-from toolroute.redis import RedisStores
+from toolroute.redis import RedisStores, open_event_consumer, open_redis_stores
 
 pytestmark = [
     pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed"),
@@ -288,3 +288,43 @@ async def test_entries_that_are_not_utf8_are_skipped_not_fatal(
         ) as reader:
             assert await reader.read(1000)
         assert reader.unreadable == 1
+
+
+async def test_a_tls_url_for_a_plain_redis_is_a_clear_error_and_a_down_one_fails_open(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import re
+    import subprocess
+    import sys
+
+    from redisbox.server import free_port
+
+    # A plain Redis never answers a TLS hello (it waits for the rest of a "command"): left
+    # alone, the stores would look like a Redis that is down for ever. Loose deadline: the
+    # plain PING that tells the two apart must be answered within it.
+    url = f"rediss://127.0.0.1:{redis_server.port}"
+    expected = re.escape(
+        f"the server at 127.0.0.1:{redis_server.port} speaks plain Redis (it answered a "
+        f"plain-text PING with '+PONG') and will never answer a TLS handshake; is it plain "
+        f"redis:// rather than {url}?"
+    )
+    with pytest.raises(ConfigError, match=expected):
+        async with open_redis_stores(url, config=node_config(tmp_path), deadline_s=1.0):
+            pass
+    with pytest.raises(ConfigError, match=expected):
+        async with open_event_consumer(url, group="g", consumer="c"):
+            pass
+    done = await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "toolroute", "events", "--redis", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+    assert done.returncode == 2
+    assert re.fullmatch(f"toolroute: error: {expected}", done.stderr.strip())
+    # Nothing listening: an outage at start, failed open as for redis://.
+    down = f"rediss://127.0.0.1:{free_port()}"
+    async with open_redis_stores(down, config=node_config(tmp_path), deadline_s=1.0) as shared:
+        assert not shared.statistics().up

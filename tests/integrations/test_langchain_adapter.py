@@ -312,3 +312,18 @@ def test_the_rule_holds_when_an_outer_middleware_trims_the_models_messages(mode:
     else:
         assert RAN == ["send_email", "get_weather"]
         assert all("send_email" in bound for bound in model.bound[1:])
+
+
+def test_a_hidden_call_without_an_id_is_refused_and_not_run() -> None:
+    # Some chat models send tool calls with ``id: None``: such a call of a hidden tool is
+    # refused as any other (the tool node would run it), each of two identical ones too.
+    unnamed = {"name": "send_email", "args": {"to": "a", "subject": "b"}, "id": None}
+    bound, messages = run(
+        [AIMessage("", tool_calls=[unnamed, dict(unnamed)])], "what is the weather forecast in Oslo"
+    )
+    assert bound[0] == ["get_weather"]
+    assert RAN == []
+    refusals = [m for m in messages if isinstance(m, ToolMessage)]
+    assert [m.status for m in refusals] == ["error", "error"]
+    assert all("'send_email' is not available on this step" in m.content for m in refusals)
+    assert messages[-1].content == "done"

@@ -5,6 +5,7 @@ Real processes and real time; waits are bounded generously (see test_mcp_live)."
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import socket
@@ -289,6 +290,100 @@ async def test_the_gateway_serves_streamable_http_and_2026_clients() -> None:
             await host.next_list_changed()
             assert "echo" in names(await client.list_tools())
             assert text(await client.call_tool("echo", {"text": "over http"})) == "over http"
+        nursery.cancel_scope.cancel()
+
+
+#: An upstream whose one tool waits until cancelled, writing "started", then "cancelled", to
+#: the file its ``record`` argument names.
+WAITING_SERVER = """
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+
+SCHEMA = {"type": "object", "properties": {"record": {"type": "string"}}, "required": ["record"]}
+
+
+async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+    tool = types.Tool(name="wait_here", description="Wait until cancelled", input_schema=SCHEMA)
+    return types.ListToolsResult(tools=[tool])
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    record = Path(params.arguments["record"])
+    record.write_text("started")
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        record.write_text("cancelled")
+        raise
+    raise AssertionError
+
+
+async def main() -> None:
+    server = Server("waiter", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options(NotificationOptions()))
+
+
+anyio.run(main)
+"""
+
+
+async def _recorded(record: Path, expected: str) -> None:
+    path = trio.Path(record)
+    with trio.fail_after(WAIT):
+        while not await path.exists() or await path.read_text() != expected:  # noqa: ASYNC110
+            await trio.sleep(0.02)
+
+
+# The SDK's streamable-HTTP client leaves its response generators to the garbage collector
+# when its connection is cancelled under trio; nothing of ours to close.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_client_that_cancels_a_call_over_http_cancels_it_upstream(tmp_path: Path) -> None:
+    import httpx
+
+    servers = {"mcpServers": {"w": _server_that(tmp_path, WAITING_SERVER)}}
+    async with (
+        open_gateway(
+            servers, engine_config=EngineConfig(cache=False), embedder=None, mcp_config=QUICK
+        ) as gateway,
+        trio.open_nursery() as nursery,
+    ):
+        url = await nursery.start(_serving, gateway)
+        # A 2025 client sends notifications/cancelled; a 2026-07-28 one closes the stream.
+        for mode in ("legacy", "auto"):
+            record = tmp_path / f"{mode}.txt"
+            async with Client(url, mode=mode) as client:  # type: ignore[arg-type]
+                async with trio.open_nursery() as calls:
+                    calls.start_soon(client.call_tool, "wait_here", {"record": str(record)})
+                    await _recorded(record, "started")
+                    calls.cancel_scope.cancel()
+                await _recorded(record, "cancelled")  # not left to run to its end
+        # A 2025 client that ends its session (DELETE) while a call is in flight.
+        record = tmp_path / "delete.txt"
+        headers = {"accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(headers=headers, timeout=WAIT) as http:
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+            hello["clientInfo"] = {"name": "test", "version": "0"}
+            opened = await http.post(
+                url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            )
+            http.headers["mcp-session-id"] = opened.headers["mcp-session-id"]
+            http.headers["mcp-protocol-version"] = "2025-06-18"
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await http.post(url, json=initialized)
+            call = {"name": "wait_here", "arguments": {"record": str(record)}}
+            body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            async with trio.open_nursery() as calls:
+                calls.start_soon(functools.partial(http.post, url, json=body))
+                await _recorded(record, "started")
+                assert (await http.delete(url)).status_code == 200
+                await _recorded(record, "cancelled")
+                calls.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
 
 

@@ -326,3 +326,60 @@ def test_a_real_mcp_servers_tools_are_filtered_and_a_hidden_one_refused(tmp_path
     [answer] = outputs(result)["send"]
     assert "'send' is not available on this step, so it was not run" in answer
     assert result.final_output == "done"
+
+
+def namespaced_searches(ran: list[str]) -> list[FunctionTool]:
+    """``search`` twice, in the SDK namespaces ``crm`` and ``wiki``."""
+    from agents import tool_namespace
+
+    @function_tool(name_override="search")
+    def search_contacts(query: str) -> str:
+        """Search the CRM's customer contacts, accounts and deals by name or company."""
+        ran.append("crm")
+        return "crm hit"
+
+    @function_tool(name_override="search")
+    def search_pages(query: str) -> str:
+        """Search the company wiki's pages and documents for articles."""
+        ran.append("wiki")
+        return "wiki hit"
+
+    return [
+        *tool_namespace(name="crm", description="Customers", tools=[search_contacts]),
+        *tool_namespace(name="wiki", description="The wiki", tools=[search_pages]),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["refuse", "activate"])
+def test_one_name_in_two_sdk_namespaces_is_kept_apart(mode: str) -> None:
+    # The catalogue reads each namespace as its tools' server (as a Responses ``namespace``),
+    # and the router shows, refuses and activates each by namespace and name.
+    ran: list[str] = []
+    searches = namespaced_searches(ran)
+    catalog = Catalog.from_tools(searches)
+    assert [(t.id, t.server) for t in catalog] == [("crm__search", "crm"), ("wiki__search", "wiki")]
+    model = steps(
+        function_call("search", {"query": "acme"}, call_id="c1", namespace="wiki"),
+        function_call("search", {"query": "acme"}, call_id="c2", namespace="wiki"),
+    )
+
+    async def main() -> Any:
+        async with asyncio_engine(searches) as engine:
+            agent = Agent(name="assistant", model=model, tools=searches)
+            router = ToolRouter(engine, on_hidden_call=mode)
+            return await router.run(agent, "find the customer contact for Acme in the CRM")
+
+    result = asyncio.run(main())
+    shown = [[(t._tool_namespace, t.name) for t in call.tools] for call in model.calls]
+    assert shown[0] == [("crm", "search")]
+    first, second = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
+    if mode == "refuse":
+        assert ran == []
+        assert "'wiki.search' is not available" in first
+        assert "shown ('crm.search')" in first
+        assert shown[1] == [("crm", "search")]
+    else:
+        assert "'wiki.search' was not available on this step" in first
+        assert ("wiki", "search") in shown[1]
+        assert (ran, second) == (["wiki"], "wiki hit")
+    assert result.final_output == "done"

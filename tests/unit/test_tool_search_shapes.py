@@ -272,3 +272,68 @@ def test_namespace_members_are_answered_in_one_item_per_namespace() -> None:
     assert definitions["get_customer"]["tools"] == [  # the answer did not grow the source
         {"type": "function", "name": "get_customer", "defer_loading": True}
     ]
+
+
+@pytest.mark.parametrize(
+    ("vendor", "tools", "expected"),
+    [
+        (
+            "anthropic",
+            [
+                {"name": "get_forecast", "input_schema": {"type": "object"}},
+                {"name": "get_forecast", "input_schema": {"type": "object"}},
+            ],
+            r"tool 1: the name 'get_forecast' is already tool 0's",
+        ),
+        (
+            "openai",
+            [
+                {"type": "function", "name": "get_forecast", "parameters": {}},
+                {"type": "web_search"},
+                {"type": "function", "name": "get_forecast", "parameters": {}},
+            ],
+            r"tool 2: the name 'get_forecast' is already tool 0's",
+        ),
+        (
+            "openai",
+            [
+                {
+                    "type": "namespace",
+                    "name": "crm",
+                    "tools": [
+                        {"type": "function", "name": "search", "parameters": {}},
+                        {"type": "function", "name": "search", "parameters": {}},
+                    ],
+                }
+            ],
+            r"tool 0: the name 'search' is already in namespace 'crm'",
+        ),
+        (
+            "openai",
+            [
+                {"type": "namespace", "name": "crm", "tools": []},
+                {"type": "namespace", "name": "crm", "tools": []},
+            ],
+            r"tool 1: the namespace name 'crm' is already tool 0's",
+        ),
+    ],
+)
+def test_duplicate_tool_names_are_refused(
+    vendor: str, tools: list[dict[str, Any]], expected: str
+) -> None:
+    # The vendor refuses a request whose tools repeat a name: every request would fail.
+    with pytest.raises(ConfigError, match=expected):
+        mark_deferred(vendor, tools)
+
+
+def test_one_name_in_two_openai_namespaces_is_not_a_duplicate() -> None:
+    def namespace(name: str) -> dict[str, Any]:
+        member = {"type": "function", "name": "search", "parameters": {}}
+        return {"type": "namespace", "name": name, "tools": [member]}
+
+    tools = [namespace("crm"), namespace("wiki"), {"type": "function", "name": "search"}]
+    marked = mark_deferred("openai", tools)
+    assert [t["name"] for t in marked] == ["crm", "wiki", "search"]
+    # A host's own search tool, already in the list, is replaced, not a duplicate.
+    anthropic = [search_tool("anthropic"), search_tool("anthropic")]
+    assert len(mark_deferred("anthropic", anthropic)) == 2

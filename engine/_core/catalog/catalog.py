@@ -149,7 +149,8 @@ class Catalog:
 
         Each item may be a ``Tool``; a definition dict in any supported format (an OpenAI
         Responses ``namespace`` gives its member functions, the namespace as their server); an OpenAI
-        Agents SDK ``FunctionTool``; a Pydantic AI ``ToolDefinition`` or ``Tool``; a
+        Agents SDK ``FunctionTool`` (one put in a ``tool_namespace`` has it as its server); a
+        Pydantic AI ``ToolDefinition`` or ``Tool``; a
         LangChain ``BaseTool`` (the JSON Schema of its ``tool_call_schema``); an MCP SDK
         ``Tool``; or a plain Python function (its name, its docstring's summary, and a JSON
         Schema from its signature, with parameter descriptions from a Google-, NumPy- or

@@ -1,6 +1,7 @@
 """Tools as agent frameworks hold them, read by their shape (the core imports no framework).
 
-- OpenAI Agents SDK ``FunctionTool``: ``name``, ``description``, ``params_json_schema``;
+- OpenAI Agents SDK ``FunctionTool``: ``name``, ``description``, ``params_json_schema``; one
+  put in a namespace (``tool_namespace(...)``) has the namespace as its server;
 - Pydantic AI ``ToolDefinition`` (``parameters_json_schema``) and ``Tool`` (its ``tool_def``);
 - LangChain ``BaseTool``: ``name``, ``description`` and the JSON Schema of its
   ``tool_call_schema`` (the arguments the model fills; injected ones left out), else of its
@@ -41,11 +42,19 @@ def read_tools(tools: Iterable[object], *, server: str | None = None) -> list[To
     for index, tool in enumerate(tools):
         members = _namespace_members(index, tool)
         if members is None:
-            read.append(read_tool(index, tool, server))
+            read.append(read_tool(index, tool, server if server is not None else _namespace(tool)))
         else:  # each member on the namespace as its server, unless ``server`` overrides
             namespace = server if server is not None else members[0]
             read.extend(read_tool(index, member, namespace) for member in members[1])
     return readers.qualify_clashes(read)
+
+
+def _namespace(tool: object) -> str | None:
+    """The namespace an Agents SDK ``FunctionTool`` was put in (``tool_namespace``), if any."""
+    if not hasattr(tool, "params_json_schema"):
+        return None
+    namespace = _attribute(tool, "_tool_namespace")
+    return namespace if isinstance(namespace, str) and namespace else None
 
 
 def _namespace_members(index: int, tool: object) -> tuple[str, list[object]] | None:

@@ -169,8 +169,9 @@ def mark_deferred(
     (a vendor's built-in tools) are copied unchanged.
 
     Raises:
-        ConfigError: an unknown vendor, ``tools`` is not a list of that vendor's tool objects,
-            or ``keep`` is not a list of names.
+        ConfigError: an unknown vendor, ``tools`` is not a list of that vendor's tool objects
+            or repeats a tool name (but in two OpenAI namespaces), or ``keep`` is not a list
+            of names.
     """
     vendor = check_vendor(vendor)
     kept = set(tool_names(keep, "keep"))
@@ -284,7 +285,38 @@ def _tool_list(vendor: str, tools: object) -> list[Mapping[str, Any]]:
             _check_anthropic(index, tool)
         else:
             _check_openai(index, tool)
+    _check_names(vendor, tools)
     return list(tools)
+
+
+def _check_names(vendor: str, tools: Sequence[Mapping[str, Any]]) -> None:
+    """The vendor refuses a request whose tools repeat a name; only OpenAI namespaces may each
+    hold a member of one name. Search tools are left out: the host's is replaced."""
+    seen: dict[tuple[str, str], int] = {}
+    for index, tool in enumerate(tools):
+        name = tool.get("name")
+        if not isinstance(name, str) or is_search_tool(vendor, tool):
+            continue
+        kind = "namespace" if vendor == "openai" and tool.get("type") == "namespace" else "tool"
+        first = seen.setdefault((kind, name), index)
+        if first != index:
+            what = "namespace name" if kind == "namespace" else "name"
+            raise ConfigError(
+                f"tool {index}: the {what} {name!r} is already tool {first}'s; expected "
+                "unique names (the vendor refuses a tool list that repeats one)"
+            )
+        if kind == "namespace":
+            members: set[str] = set()
+            for member in tool.get("tools", []):
+                member_name = member.get("name") if isinstance(member, Mapping) else None
+                if member_name in members:
+                    raise ConfigError(
+                        f"tool {index}: the name {member_name!r} is already in namespace "
+                        f"{name!r}; expected unique names in a namespace (the vendor refuses "
+                        "a tool list that repeats one)"
+                    )
+                if isinstance(member_name, str):
+                    members.add(member_name)
 
 
 def _check_anthropic(index: int, tool: Mapping[str, Any]) -> None:

@@ -31,7 +31,7 @@ from .learning import RedisLearningStore
 from .link import RedisLink, RedisStatistics
 from .sessions import RedisRoutingCache, RedisSessionStore, RoutingCodec
 from .streams import CatalogFeed, EventPublisher
-from .urls import checked_url, client_from, refusal, refused
+from .urls import check_speaks_tls, checked_url, client_from, refusal, refused
 
 
 class SharedEngine(Protocol):
@@ -251,6 +251,7 @@ async def open_shared_stores(
     client: coredis.Redis[bytes] = client_from(
         url, retry_policy=NoRetryPolicy(), connect_timeout=deadline_s
     )
+    await check_speaks_tls(url, deadline_s)
     if (refusing := await _refusal(url, deadline_s)) is not None:
         raise refused(url, refusing)
     async with client:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
+import trio
+
 from ..._core.errors import ConfigError, leaves
 
 SCHEMES: Final = ("redis://", "rediss://", "unix://")
@@ -51,6 +53,43 @@ def checked_url(url: object, what: str = "url") -> str:
                 f"got {database!r} in {shown(url)!r}"
             )
     return url
+
+
+#: Seconds a ``rediss://`` server has to answer the plain-text PING of ``check_speaks_tls``
+#: where the caller has no deadline of its own.
+PROBE_S: Final = 1.0
+
+
+async def check_speaks_tls(url: str, deadline_s: float = PROBE_S) -> None:
+    """For a ``rediss://`` URL, that its server is not a plain Redis. A plain Redis reads a
+    TLS client's hello as an unfinished command and never answers it: the URL would look like
+    a Redis that is always down. Asked before any handshake: a TLS server closes the
+    plain-text connection or answers with an alert.
+
+    Raises:
+        ConfigError: the server answers a plain-text PING (in Redis's protocol); anything
+            else (nothing listening, no answer, a TLS alert) is left to fail open.
+    """
+    if not url.startswith("rediss://"):
+        return
+    parts = urlsplit(url)
+    host, port = parts.hostname or "localhost", parts.port or 6379
+    answer = b""
+    with trio.move_on_after(deadline_s):
+        try:
+            async with await trio.open_tcp_stream(host, port) as stream:
+                await stream.send_all(b"PING\r\n")
+                answer = await stream.receive_some(64)
+        except OSError:
+            return
+    # ``+PONG``, or an error such as ``-NOAUTH``: Redis's own protocol, not TLS.
+    if answer[:1] in (b"+", b"-"):
+        said = answer.partition(b"\r")[0][:40].decode("ascii", "replace")
+        raise ConfigError(
+            f"the server at {host}:{port} speaks plain Redis (it answered a plain-text PING "
+            f"with {said!r}) and will never answer a TLS handshake; is it plain redis:// "
+            f"rather than {shown(url)}?"
+        )
 
 
 #: What Redis says when a client's database number does not exist.

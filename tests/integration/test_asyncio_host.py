@@ -78,13 +78,22 @@ async def serve_and_hit(requests: int) -> list[dict[str, list[str]]]:
     return list(results)
 
 
-def test_200_concurrent_requests_through_a_real_server() -> None:
-    results = asyncio.run(serve_and_hit(200))
+def assert_served(results: list[dict[str, list[str]]]) -> None:
     assert len(results) == 200
     assert {r["tool_ids"][0] for r in results[0::3]} == {"send_email"}
     assert {r["tool_ids"][0] for r in results[1::3]} == {"get_weather"}
     assert {r["tool_ids"][0] for r in results[2::3]} == {"play_music"}
     assert not toolroute_asyncio._hosts  # the guest run stopped with the last engine
+
+
+def test_200_concurrent_requests_through_a_real_server() -> None:
+    assert_served(asyncio.run(serve_and_hit(200)))
+
+
+def test_200_concurrent_requests_on_uvloop() -> None:
+    # uvicorn's loop of choice where it is installed (`uvicorn[standard]`)
+    uvloop = pytest.importorskip("uvloop")
+    assert_served(uvloop.run(serve_and_hit(200)))
 
 
 def test_cancelling_the_awaitable_cancels_the_trio_work() -> None:

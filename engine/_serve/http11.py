@@ -237,8 +237,9 @@ async def _serve_over_cap(
     if path in limits.probes and not connections.stopping:
         await _exchange(conn, stream, event, app, connections, limits, deadline, at_capacity=True)
         return
+    cap = limits.max_connections
     why = (
-        f"expected at most {limits.max_connections} connections at once, got more; "
+        f"expected at most {cap} connection{'s' if cap != 1 else ''} at once, got more; "
         f"retry in {RETRY_AFTER_S} s"
     )
     await _refuse(conn, stream, 503, why, kind="overloaded", retry_after=str(RETRY_AFTER_S))

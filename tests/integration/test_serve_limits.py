@@ -124,11 +124,11 @@ async def test_an_idle_keep_alive_connection_is_bounded_by_idle_not_the_request_
     tmp_path: Path,
 ) -> None:
     request = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
-    async with served(tmp_path, request_timeout_s=0.3, idle_s=60.0) as service:
+    async with served(tmp_path, request_timeout_s=0.5, idle_s=60.0) as service:
         stream = await _connect(service.url)
         await stream.send_all(request)
         first = await _read_one(stream)
-        await trio.sleep(1.0)  # longer than a request may take to arrive, far within idle
+        await trio.sleep(1.5)  # longer than a request may take to arrive, far within idle
         await stream.send_all(request)
         second = await _read_one(stream)
         await stream.aclose()

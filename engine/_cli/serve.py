@@ -41,6 +41,21 @@ def add_serve_command(commands: Any) -> None:
         help="largest request body accepted; larger is 413 (1048576)",
     )
     serve.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="connections served at once; past it a request is answered 503 with Retry-After "
+        "(the probes still answer) (1000)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="time a request (head and body together) has to arrive whole; past it 408 (30)",
+    )
+    serve.add_argument(
         "--grace",
         type=positive_float,
         default=10.0,
@@ -103,6 +118,8 @@ def run_serve(args: argparse.Namespace) -> int:
             port=args.port,
             token=token,
             max_body_bytes=args.max_body_bytes,
+            max_connections=args.max_connections,
+            request_timeout_s=args.request_timeout,
             grace_s=args.grace,
             announce=announce,
         )

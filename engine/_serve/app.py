@@ -42,6 +42,8 @@ Send = Callable[[Message], Awaitable[None]]
 #: Paths answered without the token: a load balancer's probes carry none, and say nothing.
 OPEN_PATHS = frozenset({"/health", "/ready"})
 EVENTS_PATH = "/v1/events"
+#: The scope extension the service's server sets on a request past its connection cap.
+AT_CAPACITY = "toolroute.at_capacity"
 #: Once draining, an event stream ends when no event has come for this long (the ones
 #: published before the stop are already buffered: they come at once).
 FLUSH_S = 0.1
@@ -127,7 +129,7 @@ class ServeApp:
             await send_json(send, 200, {"status": "ok", "version": __version__})
         elif path == "/ready":
             _allow(method, "GET", "HEAD")
-            await self._ready(send)
+            await self._ready(scope, send)
         elif path == "/openapi.json":
             _allow(method, "GET", "HEAD")
             await _send(send, 200, self.openapi, _JSON)
@@ -155,10 +157,18 @@ class ServeApp:
                 **{"www-authenticate": "Bearer"},
             )
 
-    async def _ready(self, send: Send) -> None:
+    async def _ready(self, scope: Scope, send: Send) -> None:
         index = self.engine.index
-        ready = self.warmed and not self.draining
-        reason = "shutting down" if self.draining else "" if self.warmed else "warming up"
+        # The service's own server marks a connection past its cap: no traffic now.
+        full = AT_CAPACITY in (scope.get("extensions") or {})
+        ready = self.warmed and not self.draining and not full
+        reason = ""
+        if self.draining:
+            reason = "shutting down"
+        elif not self.warmed:
+            reason = "warming up"
+        elif full:
+            reason = "at the connection limit"
         body = {
             "ready": ready,
             "reason": reason,

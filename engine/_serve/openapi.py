@@ -34,6 +34,17 @@ _ERRORS = {
     "415": "the body is not application/json",
     "422": "the engine refused a value (an unknown tool id, an out-of-range option)",
 }
+_TIMEOUT = "the request did not arrive whole within the request timeout; the connection closes"
+_OVERLOADED = "past the connection limit; retry after Retry-After seconds (the connection closes)"
+
+
+def _transport() -> dict[str, Any]:
+    """What any request but a probe may be answered by the server itself, whatever its route."""
+    overloaded = _error(_OVERLOADED)
+    overloaded["headers"] = {
+        "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+    }
+    return {"408": _error(_TIMEOUT), "503": overloaded}
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -58,6 +69,7 @@ def _operation(route: Route) -> dict[str, Any]:
         "responses": {
             "200": _json(route.response, "the engine's answer"),
             **{status: _error(text) for status, text in _ERRORS.items()},
+            **_transport(),
         },
     }
 
@@ -98,7 +110,12 @@ def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:
     paths["/ready"] = _probe(
         "ready", "Warm-up has finished and the service takes traffic", "200", _READY
     )
-    paths["/ready"]["get"]["responses"]["503"] = _json(_READY, "warming up or shutting down")
+    paths["/ready"]["get"]["responses"]["503"] = _json(
+        _READY, "warming up, shutting down, or at the connection limit"
+    )
+    # Past the connection limit the probes are still answered, by the app.
+    for probe in ("/health", "/ready"):
+        paths[probe]["get"]["responses"]["408"] = _error(_TIMEOUT)
     paths["/v1/events"] = {
         "get": {
             "operationId": "events",
@@ -119,6 +136,7 @@ def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:
                 },
                 "400": _error("buffer is not an integer of at least 1"),
                 "401": _error(_ERRORS["401"]),
+                **_transport(),
             },
         }
     }
@@ -129,6 +147,7 @@ def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:
             "responses": {
                 "200": _json({"type": "object"}, "the OpenAPI document"),
                 "401": _error(_ERRORS["401"]),
+                **_transport(),
             },
         }
     }

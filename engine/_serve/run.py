@@ -52,6 +52,8 @@ async def serve_engine(
     port: int = 8765,
     token: str | None = None,
     max_body_bytes: int = 1 << 20,
+    max_connections: int = 1000,
+    request_timeout_s: float = 30.0,
     grace_s: float = 10.0,
     announce: Callable[[str], None] = print,
     listeners: list[trio.SocketListener] | None = None,
@@ -61,6 +63,10 @@ async def serve_engine(
     The first signal drains: ``/ready`` answers 503, event streams send what was published
     and end, the listener closes, and requests in flight get ``grace_s`` seconds to finish.
     A second signal stops at once.
+
+    At most ``max_connections`` connections are served at once (past it, a request is
+    answered ``503``, the probes still answer), and a request has ``request_timeout_s`` to
+    arrive whole (else ``408``).
 
     Raises:
         ConfigError: the bind address is beyond loopback and there is no token, or the
@@ -91,7 +97,11 @@ async def serve_engine(
                 # Every request in flight has finished (or the grace ran out): done.
                 nursery.cancel_scope.cancel("served")
 
-            limits = Limits(grace_s=grace_s)
+            limits = Limits(
+                max_connections=max_connections,
+                request_timeout_s=request_timeout_s,
+                grace_s=grace_s,
+            )
             nursery.start_soon(on_signals)
             nursery.start_soon(when_ready)
             await nursery.start(run_http)

@@ -57,6 +57,8 @@ async def served(
     max_body_bytes: int = 1 << 20,
     heartbeat_s: float = 15.0,
     idle_s: float = 60.0,
+    request_timeout_s: float = 30.0,
+    max_connections: int = 1000,
 ) -> AsyncIterator[Served]:
     """The demo catalogue served on a free 127.0.0.1 port for the duration of the block."""
     config = EngineConfig.from_mapping({"cache_dir": str(cache)})
@@ -68,9 +70,13 @@ async def served(
         port = listeners[0].socket.getsockname()[1]
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
-            await nursery.start(
-                serve_http, app, listeners, stop, Limits(idle_s=idle_s, grace_s=5.0)
+            limits = Limits(
+                idle_s=idle_s,
+                request_timeout_s=request_timeout_s,
+                max_connections=max_connections,
+                grace_s=5.0,
             )
+            await nursery.start(serve_http, app, listeners, stop, limits)
             yield Served(f"http://127.0.0.1:{port}", app, engine, stop)
             app.drain()
             stop.set()

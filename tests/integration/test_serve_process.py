@@ -179,3 +179,44 @@ def test_a_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_connection_cap_and_the_request_timeout_come_from_the_command_line(
+    tmp_path: Path,
+) -> None:
+    catalog = demo_catalog_file(tmp_path)
+    args = ["--catalog", str(catalog), "--embedder", "none", "--port", "0"]
+    args += ["--cache-dir", str(tmp_path / "cache")]
+    running = start_serve([*args, "--max-connections", "1", "--request-timeout", "1"])
+    try:
+        address = ("127.0.0.1", _port(running.url))
+        with socket.create_connection(address) as held, socket.create_connection(address) as over:
+            held.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert _read_response(held).startswith(b"HTTP/1.1 200 ")
+            over.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: t\r\n\r\n")
+            refused = _read_response(over)
+            # The one connection served sends half a head, and then nothing.
+            held.sendall(b"GET /health HTTP/1.1\r\n")
+            late = _read_response(held)
+    finally:
+        running.close()
+    assert refused.startswith(b"HTTP/1.1 503 "), refused
+    assert b"at most 1 connection at once" in refused
+    assert late.startswith(b"HTTP/1.1 408 "), late
+    assert b"within 1 s" in late
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "words"),
+    [
+        ("--max-connections", "0", "expected an integer of at least 1, got '0'"),
+        ("--request-timeout", "-1", "expected a number above 0, got '-1'"),
+    ],
+)
+def test_a_cap_or_timeout_that_is_not_positive_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, words: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--catalog", str(tmp_path / "tools.json"), flag, value])
+    assert exit_.value.code == 2
+    assert words in capsys.readouterr().err

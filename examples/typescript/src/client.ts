@@ -172,7 +172,7 @@ export class ToolrouteClient {
   }
 
   async ready(): Promise<Ready> {
-    // 503 while warming up or shutting down is an answer here, not an error.
+    // 503 while warming up, shutting down or at the connection limit is an answer here.
     const reply = await fetch(`${this.base}/ready`);
     return (await reply.json()) as Ready;
   }

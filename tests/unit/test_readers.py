@@ -719,3 +719,83 @@ def test_readers_return_tools_and_the_catalog_is_built_once() -> None:
     read = readers.read_data({"servers": [{"name": "s", "description": "d", "tools": []}]})
     assert read == readers.ReadTools([], {"s": "d"})
     assert isinstance(Catalog.from_data([{"name": "a"}]), Catalog)
+
+
+def test_openai_custom_tools_are_read_without_parameters() -> None:
+    grammar = {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}
+    chat = {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a diff"}}
+    responses = {"type": "custom", "name": "run_sql", "description": "Run SQL", "format": grammar}
+    for read in (Catalog.from_openai, Catalog.from_data, Catalog.from_tools):
+        catalog = read([chat, responses])
+        assert [(t.id, t.description, t.parameters) for t in catalog] == [
+            ("apply_patch", "Apply a diff", {}),
+            ("run_sql", "Run SQL", {}),
+        ]
+
+
+def test_openai_namespace_members_have_the_namespace_as_their_server() -> None:
+    data = [
+        {"type": "function", "name": "get_weather", "description": "Weather now"},
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "Customer records",
+            "tools": [{"type": "function", "name": "search", "description": "Find a contact"}],
+        },
+        {
+            "type": "namespace",
+            "name": "docs",
+            "tools": [{"type": "function", "name": "search", "description": "Find a page"}],
+        },
+    ]
+    for read in (Catalog.from_openai, Catalog.from_data):
+        catalog = read(data)
+        assert [(t.id, t.name, t.server) for t in catalog] == [
+            ("get_weather", "get_weather", None),
+            ("crm__search", "search", "crm"),
+            ("docs__search", "search", "docs"),
+        ]
+        assert [(s.id, s.description) for s in catalog.servers] == [
+            ("crm", "Customer records"),
+            ("docs", ""),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("read", "tools", "says"),
+    [
+        (
+            Catalog.from_openai,
+            [{"type": "function", "name": "f"}, {"type": "web_search"}],
+            r"tool 1: expected an OpenAI function or custom tool, got type 'web_search': a tool"
+            " OpenAI runs itself",
+        ),
+        (
+            Catalog.from_gemini,
+            [{"functionDeclarations": [{"name": "f"}]}, {"googleSearch": {}}],
+            r"tool 1: expected a tool definition with a name, got 'googleSearch': a tool the vendor"
+            " runs itself",
+        ),
+        (
+            Catalog.from_tools,
+            [{"type": "web_search_preview"}],
+            r"tool 0: expected a tool definition with a name, got type 'web_search_preview'",
+        ),
+        (
+            Catalog.from_tools,
+            [{"codeExecution": {}}],
+            r"tool 0: expected a tool definition with a name, got 'codeExecution'",
+        ),
+    ],
+)
+def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(
+    read: Any, tools: list[dict[str, Any]], says: str
+) -> None:
+    with pytest.raises(CatalogError, match=says) as refused:
+        read(tools)
+    assert str(refused.value).endswith("leave it out of the catalogue and send it on every step")
+
+
+def test_a_definition_without_a_name_is_still_said_to_lack_one() -> None:
+    with pytest.raises(CatalogError, match="tool 0: field 'name' must be a non-empty string"):
+        Catalog.from_tools([{"description": "no name", "parameters": {"type": "object"}}])

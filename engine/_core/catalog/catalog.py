@@ -116,7 +116,10 @@ class Catalog:
 
     @classmethod
     def from_openai(cls, tools: object) -> Catalog:
-        """OpenAI function tools: ``{"type": "function", "function": {...}}`` or the flat form."""
+        """OpenAI function tools (``{"type": "function", "function": {...}}`` or the flat
+        Responses form), custom tools (free-text input: no parameters) and a Responses
+        ``namespace``'s members (the namespace as their server). A tool OpenAI runs itself
+        (``{"type": "web_search"}`` …) is a ``CatalogError``: leave it out and send it always."""
         return cls.from_data(tools, format="openai")
 
     @classmethod
@@ -126,7 +129,9 @@ class Catalog:
 
     @classmethod
     def from_gemini(cls, tools: object) -> Catalog:
-        """Gemini ``function_declarations`` (a Tool object, a list of them, or the bare list)."""
+        """Gemini ``function_declarations`` (a Tool object, a list of them, or the bare list).
+        A tool Gemini runs itself (``{"googleSearch": {}}`` …) is a ``CatalogError``: leave
+        it out and send it always."""
         return cls.from_data(tools, format="gemini")
 
     @classmethod

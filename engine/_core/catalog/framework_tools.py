@@ -40,7 +40,7 @@ def read_tools(tools: Iterable[object], *, server: str | None = None) -> list[To
         raise CatalogError(f"expected a list of tools ({EXPECTED}), got {type(tools).__name__}")
     read: list[Tool] = []
     for index, tool in enumerate(tools):
-        members = _namespace_members(index, tool)
+        members = readers.namespace_members(index, tool)
         if members is None:
             read.append(read_tool(index, tool, server if server is not None else _namespace(tool)))
         else:  # each member on the namespace as its server, unless ``server`` overrides
@@ -55,23 +55,6 @@ def _namespace(tool: object) -> str | None:
         return None
     namespace = _attribute(tool, "_tool_namespace")
     return namespace if isinstance(namespace, str) and namespace else None
-
-
-def _namespace_members(index: int, tool: object) -> tuple[str, list[object]] | None:
-    """An OpenAI Responses ``namespace`` tool's name and members; ``None`` for other tools.
-
-    Raises:
-        CatalogError: a namespace without a name or a list of member tools.
-    """
-    if not isinstance(tool, Mapping) or tool.get("type") != "namespace" or "tools" not in tool:
-        return None
-    name, members = tool.get("name"), tool.get("tools")
-    if not isinstance(name, str) or not name or not isinstance(members, list):
-        raise CatalogError(
-            f"tool {index}: expected a namespace {{'type': 'namespace', 'name', 'tools': [...]}}, "
-            f"got name {name!r} and tools of type {type(members).__name__}"
-        )
-    return name, members
 
 
 def read_tool(index: int, tool: object, server: str | None = None) -> Tool:

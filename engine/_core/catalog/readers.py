@@ -35,7 +35,7 @@ def read_data(data: object, *, format: str | None = None) -> ReadTools:
         format = detect_format(data)
     match format:
         case "openai":
-            return ReadTools(_read_items(_unwrap_tools(data, format), _openai_item))
+            return _read_openai(_unwrap_tools(data, format))
         case "anthropic":
             return ReadTools(_read_items(_unwrap_tools(data, format), _anthropic_item))
         case "gemini":
@@ -76,6 +76,8 @@ def _detect_item_format(items: Sequence[object]) -> str | None:
             return "openai"
         if "input_schema" in item:
             return "anthropic"
+        if item.get("type") in ("custom", "namespace"):  # OpenAI's (Anthropic's has input_schema)
+            return "openai"
         if "inputSchema" in item:
             return "mcp"
         if "function_declarations" in item or "functionDeclarations" in item:
@@ -147,11 +149,57 @@ def read_item(index: int, item: object, *, server: str | None = None) -> Tool:
     """One definition in any format (OpenAI's nesting unwrapped; parameters under any of
     the formats' keys); ``server`` overrides the item's own."""
     item = _require_object(index, item)
-    if "function" in item or item.get("type") == "function":
-        inner = item.get("function")
-        if isinstance(inner, Mapping):
-            item = inner
+    _refuse_hosted(index, item)
+    for kind in ("function", "custom"):
+        if kind in item or item.get("type") == kind:
+            inner = item.get(kind)
+            if isinstance(inner, Mapping):
+                item = inner
+            break
     return _build(index, item, parameter_keys=_PARAMETER_KEYS, server=server)
+
+
+def namespace_members(index: int, tool: object) -> tuple[str, list[object]] | None:
+    """An OpenAI Responses ``namespace`` tool's name and members; ``None`` for other tools.
+
+    Raises:
+        CatalogError: a namespace without a name or a list of member tools.
+    """
+    if not isinstance(tool, Mapping) or tool.get("type") != "namespace" or "tools" not in tool:
+        return None
+    name, members = tool.get("name"), tool.get("tools")
+    if not isinstance(name, str) or not name or not isinstance(members, list):
+        raise CatalogError(
+            f"tool {index}: expected a namespace {{'type': 'namespace', 'name', 'tools': [...]}}, "
+            f"got name {name!r} and tools of type {type(members).__name__}"
+        )
+    return name, members
+
+
+#: Keys of a definition (or of Gemini's list of them): a tool object with none is a hosted one.
+_DEFINITION_KEYS = frozenset(
+    {"name", "description", "function", "custom", *_PARAMETER_KEYS}
+    | {"function_declarations", "functionDeclarations"}
+)
+
+
+def _refuse_hosted(index: int, item: Mapping[str, Any]) -> None:
+    """A tool the vendor runs itself (OpenAI ``{"type": "web_search"}``, Gemini
+    ``{"googleSearch": {}}``) has no name or schema to rank by: a clear error, not a missing
+    name.
+
+    Raises:
+        CatalogError: naming its type (or keys) and what to do with it.
+    """
+    if not _DEFINITION_KEYS.isdisjoint(item):
+        return
+    kind = item.get("type")
+    what = f"type {kind!r}" if isinstance(kind, str) else ", ".join(map(repr, item)) or "{}"
+    raise CatalogError(
+        f"tool {index}: expected a tool definition with a name, got {what}: a tool the vendor"
+        " runs itself has no name or schema to rank by; leave it out of the catalogue and send"
+        " it on every step"
+    )
 
 
 def dumped(value: object) -> Mapping[str, Any] | None:
@@ -200,21 +248,44 @@ def _read_items(items: object, read_one: Any, **extra: Any) -> list[Tool]:
     return [read_one(index, item, **extra) for index, item in enumerate(items)]
 
 
-def _openai_item(index: int, item: object) -> Tool:
+def _read_openai(items: object) -> ReadTools:
+    """Function and custom tools; a Responses ``namespace``'s members with the namespace as
+    their server (and its description as the server's)."""
+    if not isinstance(items, list):
+        raise CatalogError(f"expected a list of tools, got {_describe(items)}")
+    tools: list[Tool] = []
+    descriptions: dict[str, str] = {}
+    for index, item in enumerate(items):
+        members = namespace_members(index, item)
+        if members is None:
+            tools.append(_openai_item(index, item))
+            continue
+        namespace, listed = members
+        tools.extend(_openai_item(index, member, server=namespace) for member in listed)
+        description = item.get("description") if isinstance(item, Mapping) else None
+        if isinstance(description, str) and description:
+            descriptions[namespace] = description
+    return ReadTools(_qualify_clashes(tools), descriptions)
+
+
+def _openai_item(index: int, item: object, *, server: str | None = None) -> Tool:
     item = _require_object(index, item)
     kind = item.get("type", "function")
-    if kind != "function":
+    if kind not in ("function", "custom"):
         raise CatalogError(
-            f"tool {index}: expected an OpenAI function tool (type 'function'), got type {kind!r}"
+            f"tool {index}: expected an OpenAI function or custom tool, got type {kind!r}: a"
+            " tool OpenAI runs itself has no name or schema to rank by; leave it out of the"
+            " catalogue and send it on every step"
         )
-    inner = item.get("function")
+    inner = item.get(kind)
     if inner is not None:  # Chat Completions nests the definition; Responses does not
         if not isinstance(inner, Mapping):
             raise CatalogError(
-                f"tool {index}: field 'function' must be an object, got {_describe(inner)}"
+                f"tool {index}: field {kind!r} must be an object, got {_describe(inner)}"
             )
         item = inner
-    return _build(index, item, parameter_keys=("parameters",))
+    # A custom tool takes free text (its ``format``), not JSON arguments: no parameters.
+    return _build(index, item, parameter_keys=("parameters",), server=server)
 
 
 def _anthropic_item(index: int, item: object) -> Tool:
@@ -359,6 +430,8 @@ def _gemini_declarations(data: object) -> list[object]:
                 )
             declarations.extend(inner)
         else:
+            if isinstance(container, Mapping):
+                _refuse_hosted(len(declarations), container)
             declarations.append(container)  # a bare declaration
     return declarations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import random
 import sys
@@ -46,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = argparse.Namespace(run=_run_bench, bench_args=argv[1:])
     else:
         args = _parse(parser, argv)
+    _printable_streams()
     try:
         with _one_line_warnings():
             result: int = args.run(args)
@@ -57,6 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `toolroute ... | head` is not an error
         return 0
+
+
+def _printable_streams() -> None:
+    """A tool name the terminal's encoding lacks (``翻訳`` on an ASCII or cp1252 console) is
+    printed escaped, not a ``UnicodeEncodeError`` halfway through the output."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
 
 
 @contextmanager

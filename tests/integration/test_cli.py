@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -771,3 +772,28 @@ def test_select_says_how_it_read_a_misspelled_request(
     first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert (first["read_as"], first["tool_ids"]) == ("weather forecast", ["get_weather"])
     assert "read_as" not in second
+
+
+def test_a_name_the_terminal_cannot_encode_is_printed_escaped(tmp_path: Path) -> None:
+    tools = write(tmp_path, "t.json", [{"name": "翻訳", "description": "translate text"}])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolroute",
+            "select",
+            "--tools",
+            str(tools),
+            "--embedder",
+            "none",
+            "translate text",
+        ],
+        capture_output=True,
+        text=True,
+        encoding="ascii",
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].endswith("  \\u7ffb\\u8a33")

@@ -34,6 +34,7 @@ from .._core.select.toolsets import ToolSet
 from .._core.stores import FastTierStore, ReportsEvents, Stores
 from .._decisions.hosts import require_trio
 from .._stores.local import EngineStores, cache_directory, local_stores
+from .bundled_model import bundled_or_unavailable
 from .catalog_changes import checked_sets, dedupe_catalog, served
 from .catalog_keeper import CatalogKeeper
 from .decision_service import DecisionService
@@ -137,9 +138,7 @@ async def open_engine(
     if config.dedup.enabled and config.dedup.mode == "embedding" and embedder is None:
         raise ConfigError('dedup mode "embedding" needs an embedder; this engine has none')
     if embedder is _DEFAULT:
-        from ..providers import default_embedder
-
-        embedder = await trio.to_thread.run_sync(default_embedder)
+        embedder = await trio.to_thread.run_sync(bundled_or_unavailable)
     owned_decider = decider is _DEFAULT
     if owned_decider:
         from ..providers import default_decider

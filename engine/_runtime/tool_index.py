@@ -38,6 +38,7 @@ from .._core.select.policy import Policy
 from .._core.select.selection import Ranking, Selection, Strategy
 from .._core.select.toolsets import ToolSet
 from .._stores.embedding_cache import EmbeddingCache, default_cache_dir, embed_with_cache
+from .bundled_model import bundled_or_unavailable
 from .cascade import FastFirst
 
 _DEFAULT: object = object()
@@ -131,9 +132,7 @@ class ToolIndex:
             check_provider(embedder, "embedder", Embedder)
         self._cache = _open_cache(cache) if embedder is not None else None
         if embedder is _DEFAULT:
-            from ..providers import default_embedder
-
-            embedder = default_embedder()
+            embedder = bundled_or_unavailable()
         self.embedder: Embedder | None = embedder  # type: ignore[assignment]
         self.strategy: Strategy = chosen_strategy(
             strategy, has_embedder=self.embedder is not None, strict=True

@@ -164,8 +164,8 @@ class MiniLMEmbedder:
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbedderError(
-                f"the MiniLM embedder needs {exc.name or 'onnxruntime and tokenizers'}; "
-                "run `pip install onnxruntime tokenizers`"
+                "the MiniLM embedder needs onnxruntime and tokenizers, and importing them"
+                f" failed ({type(exc).__name__}: {exc}); run `pip install onnxruntime tokenizers`"
             ) from exc
 
         model_file = Path(model_path) if model_path is not None else _default_model_path()

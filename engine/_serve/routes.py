@@ -237,8 +237,9 @@ async def _learn(engine: Engine, body: dict[str, Any]) -> dict[str, Any]:
     # ``Engine.learn`` comes with the learning store; this route is listed only where it
     # exists. Read by name so this line type-checks with and without it.
     learn: Callable[..., Awaitable[object]] = getattr(engine, "learn")  # noqa: B009
-    await learn(body["request"], tuple(body["tool_ids"]))
-    return {"learned": len(body["tool_ids"])}
+    # False: nothing was recorded (a keyword-only engine, or the request not embedded in time).
+    recorded = await learn(body["request"], tuple(body["tool_ids"]))
+    return {"learned": len(body["tool_ids"]) if recorded else 0}
 
 
 _ROUTES = (

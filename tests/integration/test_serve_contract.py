@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 from serving import served
 
+from toolroute import Catalog, open_engine
 from toolroute._serve.routes import routes_for
 
 
@@ -120,14 +121,25 @@ async def test_the_learn_route_forwards_to_engine_learn() -> None:
     class Learner:
         learned: tuple[str, tuple[str, ...]] | None = None
 
-        async def learn(self, request: str, tool_ids: tuple[str, ...]) -> None:
+        async def learn(self, request: str, tool_ids: tuple[str, ...]) -> bool:
             self.learned = (request, tool_ids)
+            return True
 
     engine = Learner()
     route = routes_for(engine)["/v1/learn"]
     answer = await route.handle(engine, dict(route.example))  # type: ignore[arg-type]
     assert answer == {"learned": 1}
     assert engine.learned == (route.example["request"], tuple(route.example["tool_ids"]))
+
+
+async def test_the_learn_route_says_nothing_was_learned_when_the_engine_learned_nothing() -> None:
+    # A keyword-only engine has no vectors to learn from: Engine.learn returns False, and the
+    # answer must not tell the client its tools were learned.
+    async with open_engine(Catalog.demo(), embedder=None) as engine:
+        route = routes_for(engine)["/v1/learn"]
+        body = {"request": "weather in Oslo", "tool_ids": ["get_forecast", "get_alerts"]}
+        assert await engine.learn(body["request"], body["tool_ids"]) is False
+        assert await route.handle(engine, body) == {"learned": 0}
 
 
 @pytest.mark.parametrize("path", sorted(routes_for(object())))

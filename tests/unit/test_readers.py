@@ -786,6 +786,16 @@ def test_openai_namespace_members_have_the_namespace_as_their_server() -> None:
             [{"codeExecution": {}}],
             r"tool 0: expected a tool definition with a name, got 'codeExecution'",
         ),
+        (  # only hosted tools: the format is not detected, so the plain reader reads them
+            Catalog.from_data,
+            [{"type": "web_search"}],
+            r"tool 0: expected a tool definition with a name, got type 'web_search'",
+        ),
+        (
+            Catalog.from_data,
+            [{"googleSearch": {}}],
+            r"tool 0: expected a tool definition with a name, got 'googleSearch'",
+        ),
     ],
 )
 def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(

@@ -299,7 +299,13 @@ def _mcp_item(index: int, item: object, *, server: str | None = None) -> Tool:
 
 
 def _plain_item(index: int, item: object) -> Tool:
-    return _build(index, _require_object(index, item), parameter_keys=_PARAMETER_KEYS)
+    item = _require_object(index, item)
+    # A list of hosted tools only is detected as no format, so it reaches this reader: a
+    # typed item (OpenAI's) or a lone key holding an object (Gemini's) is one of them.
+    kind = item.get("type")
+    if isinstance(kind, str) or (len(item) == 1 and isinstance(next(iter(item.values())), Mapping)):
+        _refuse_hosted(index, item)
+    return _build(index, item, parameter_keys=_PARAMETER_KEYS)
 
 
 def _build(

@@ -156,7 +156,7 @@ def apply_policy(
 
     Args:
         ranked: ``(tool id, score)`` pairs, best first, ties already broken.
-        baseline: a score meaning "no evidence" on this scale (the catalogue's median score);
+        baseline: a score meaning "no evidence" on this scale (the catalogue's mean score);
             the elbow measures gaps against the lead of the top score over it, so it works on
             scales that may be negative.
         use_threshold: ``False`` when recall degraded and scores are on another scale.

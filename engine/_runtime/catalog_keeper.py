@@ -429,7 +429,8 @@ class CatalogKeeper:
         # Success or failure alike, only over the index warm-up started from: an update made
         # meanwhile brought its own vectors, which neither may overwrite.
         await self._install(back, first, index)
-        embedded = counts[0] if counts else 0
+        # What was embedded before a failure is not served: none has an embedding now.
+        embedded = counts[0] if counts and not degraded else 0
         self._publish(
             WarmupFinished(
                 tools=len(catalog),

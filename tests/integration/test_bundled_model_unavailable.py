@@ -45,7 +45,8 @@ def test_an_index_ranks_by_keywords_and_says_why(caplog: pytest.LogCaptureFixtur
 
 
 @pytest.mark.usefixtures("broken_model")
-async def test_an_engine_opens_and_serves_keyword_only() -> None:
+async def test_an_engine_opens_and_serves_keyword_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="toolroute.runtime")
     async with open_engine(CATALOG, config=EngineConfig(cache=False)) as engine:
         await engine.ready()
         selection = await engine.select("weather in Rome")
@@ -55,6 +56,8 @@ async def test_an_engine_opens_and_serves_keyword_only() -> None:
     assert CANNOT_LOAD in selection.reason
     assert step.tool_ids is not None
     assert step.tool_ids[0] == "send_email"
+    said = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("warm-up finished: 0 of 2 tools embedded") for line in said), said
 
 
 def test_an_onnxruntime_that_does_not_import(tmp_path: Path) -> None:

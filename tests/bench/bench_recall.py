@@ -197,7 +197,8 @@ import sys
 sys.path.insert(0, {str(HERE)!r})
 from pathlib import Path
 from bench_recall import peak_rss_mb, synthetic_catalog
-from toolroute import EmbeddingCache, ToolIndex
+from toolroute import ToolIndex
+from toolroute.stores import EmbeddingCache
 cache = {str(cache_dir / f"scale{size}") if cache_dir else None!r}
 index = ToolIndex(synthetic_catalog(Path({str(root)!r}), {size}),
                   cache=EmbeddingCache(cache) if cache else None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import attrs
 import numpy as np
 import numpy.typing as npt
 
@@ -22,14 +21,15 @@ from .._core.protocols import Embedder
 logger = logging.getLogger("toolroute.runtime")
 
 
-@attrs.frozen
 class UnavailableEmbedder:
     """Every ``embed`` raises why the bundled model did not load."""
 
-    reason: str
     identity: str = "unavailable"
     dim: int = 384  # the bundled model's
     max_batch: int = 1
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         raise EmbedderError(self.reason)

@@ -64,7 +64,16 @@ _ROLES = {"model": "assistant", "developer": "system", "human": "user", "ai": "a
 _KNOWN_ROLES = ("user", "assistant", "system", "tool", "function")
 _TOOL_ROLES = ("tool", "function")
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
-_CALL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use", "tool_call")
+#: Content blocks that are a named tool use: Anthropic's, and LangChain's standard blocks.
+_CALL_BLOCKS = (
+    "tool_use",
+    "server_tool_use",
+    "mcp_tool_use",
+    "tool_call",
+    "tool_call_chunk",
+    "server_tool_call",
+    "server_tool_call_chunk",
+)
 _NAMED_CALL_ITEMS = ("function_call", "custom_tool_call", "mcp_call")
 #: Responses item types that carry no request text and no tool use of the agent's.
 _SILENT_ITEMS = (
@@ -156,6 +165,8 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
         if read is not None:
             yield read, False
         return
+    if kind is None and "id" in message and message.keys() <= {"id", "type"}:
+        return  # a Responses item reference, its optional "type" left out
     if kind is None or kind == "message":
         if not isinstance(message.get("role"), str):
             raise ConfigError(f"{where}: expected {_EXPECTED}; got {shape(message)}")
@@ -163,10 +174,8 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
         return
     if not isinstance(kind, str):
         raise ConfigError(f"{where}: field 'type' must be a string, got {shape(kind)}")
-    if kind in _NAMED_CALL_ITEMS or kind.endswith("_call"):
-        name = message.get("name")
-        called = name if kind in _NAMED_CALL_ITEMS and isinstance(name, str) else kind[:-5]
-        yield Turn("assistant", "", (called,)), True
+    if kind.endswith("_call"):
+        yield Turn("assistant", "", (_called(kind, message),)), True
     elif kind.endswith("_output"):
         yield Turn("tool", "", (), True), False
     elif kind not in _SILENT_ITEMS:
@@ -174,6 +183,12 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
             f"{where}: unknown item type {kind!r} (keys {listed(message.keys())}); expected "
             f"{_EXPECTED}"
         )
+
+
+def _called(kind: str, item: Mapping[str, Any]) -> str:
+    """The tool a Responses ``*_call`` item uses: its name, or the hosted tool's."""
+    name = item.get("name")
+    return name if kind in _NAMED_CALL_ITEMS and isinstance(name, str) else kind[:-5]
 
 
 def _role(where: str, role: object) -> str:
@@ -209,8 +224,11 @@ def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
             kind = block.get("type")
             if kind in _TEXT_BLOCKS and isinstance(block.get("text"), str):
                 texts.append(block["text"])
-            elif kind in _CALL_BLOCKS and isinstance(block.get("name"), str):
-                calls.append(block["name"])
+            elif kind in _CALL_BLOCKS:
+                if isinstance(block.get("name"), str):
+                    calls.append(block["name"])
+            elif isinstance(kind, str) and kind.endswith("_call"):
+                calls.append(_called(kind, block))  # Responses items kept as content (LangChain)
             elif kind == "tool_result":
                 tool_result = True
     elif content is not None:
@@ -262,6 +280,8 @@ def _gemini_turn(where: str, content: Mapping[str, Any]) -> Turn:
             call = as_mapping(call, f"{where}: part {number}: functionCall")
             if isinstance(call.get("name"), str):
                 calls.append(call["name"])
+        elif part.get("executableCode", part.get("executable_code")) is not None:
+            calls.append("code_execution")  # the model ran code with the hosted tool
         elif part.get("functionResponse", part.get("function_response")) is not None:
             tool_result = True
     return make_turn(role, texts, calls, tool_result)

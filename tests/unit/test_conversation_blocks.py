@@ -1,0 +1,108 @@
+"""Item and block types beyond plain text and function calls, as the vendors and frameworks
+document them: each is read as the user's words, the model's words, a tool use, a tool result,
+or nothing — never misread, never refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from toolroute._core.select.conversation import extract_query, idle_steps, read_turns
+
+Message = dict[str, Any]
+_ASK: Message = {"role": "user", "content": "plot last month's sales"}
+
+
+def test_a_responses_item_reference_without_its_optional_type_is_skipped() -> None:
+    items: list[Message] = [
+        _ASK,
+        {"id": "rs_1"},  # ItemReference: "type" may be left out
+        {"type": "item_reference", "id": "msg_1"},
+        {"type": "function_call", "call_id": "c", "name": "query_sales", "arguments": "{}"},
+    ]
+    assert [t.role for t in read_turns(items)] == ["user", "assistant"]
+    assert extract_query(items) == "plot last month's sales — query_sales"
+
+
+@pytest.mark.parametrize("spelling", ["executableCode", "executable_code"])
+def test_gemini_code_execution_is_tool_use(spelling: str) -> None:
+    result = "codeExecutionResult" if spelling == "executableCode" else "code_execution_result"
+    contents: list[Message] = [
+        {"role": "user", "parts": [{"text": "plot last month's sales"}]},
+        {
+            "role": "model",
+            "parts": [
+                {spelling: {"language": "PYTHON", "code": "print('SECRET')"}},
+                {result: {"outcome": "OUTCOME_OK", "output": "SECRET"}},
+            ],
+        },
+    ]
+    assert idle_steps(contents) == 0
+    assert extract_query(contents) == "plot last month's sales — code_execution"
+
+
+def test_hosted_tool_calls_inside_message_content_are_tool_use() -> None:
+    # LangChain v1 standard blocks, and the Responses items LangChain keeps in content
+    for blocks, called in [
+        ([{"type": "server_tool_call", "id": "s", "name": "web_search", "args": {}}], "web_search"),
+        ([{"type": "server_tool_call_chunk", "name": "web_search", "args": "{"}], "web_search"),
+        ([{"type": "tool_call_chunk", "name": "query_sales", "args": "{", "index": 0}], "query_sales"),
+        ([{"type": "web_search_call", "id": "ws", "status": "completed"}], "web_search"),
+        ([{"type": "code_interpreter_call", "id": "ci", "code": "SECRET"}], "code_interpreter"),
+    ]:  # fmt: skip
+        reply: Message = {
+            "role": "assistant",
+            "content": [
+                {"type": "reasoning", "reasoning": "SECRET"},
+                *blocks,
+                {"type": "server_tool_result", "tool_call_id": "s", "output": "SECRET"},
+            ],
+        }
+        assert idle_steps([_ASK, reply]) == 0, blocks
+        assert extract_query([_ASK, reply]) == f"plot last month's sales — {called}"
+
+
+def test_langchain_v1_standard_blocks() -> None:
+    messages = pytest.importorskip("langchain_core.messages")
+    ask = messages.HumanMessage(
+        content=[
+            {"type": "text", "text": "what is in this chart"},
+            {"type": "image", "url": "https://example.com/chart.png"},
+            {"type": "file", "file_id": "f1"},
+        ]
+    )
+    searched = messages.AIMessage(
+        content=[
+            {"type": "reasoning", "reasoning": "SECRET"},
+            {"type": "server_tool_call", "id": "s", "name": "web_search", "args": {"q": "x"}},
+            {"type": "server_tool_result", "tool_call_id": "s", "status": "success"},
+        ]
+    )
+    for conversation in (
+        [ask, searched],
+        messages.messages_to_dict([ask, searched]),
+        [m.model_dump() for m in (ask, searched)],
+    ):
+        assert idle_steps(conversation) == 0
+        assert extract_query(conversation) == "what is in this chart — web_search"
+
+
+def test_langchain_invalid_tool_calls_are_tool_use() -> None:
+    # as in OpenAI Chat, where a call whose arguments do not parse is still a call
+    messages = pytest.importorskip("langchain_core.messages")
+    reply = messages.AIMessage(
+        content="",
+        invalid_tool_calls=[
+            {
+                "type": "invalid_tool_call",
+                "id": "c",
+                "name": "query_sales",
+                "args": "{",
+                "error": None,
+            }
+        ],
+    )
+    ask = messages.HumanMessage("plot last month's sales")
+    assert idle_steps([ask, reply]) == 0
+    assert extract_query([ask, reply]) == "plot last month's sales — query_sales"

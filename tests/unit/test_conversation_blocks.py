@@ -106,3 +106,35 @@ def test_langchain_invalid_tool_calls_are_tool_use() -> None:
     ask = messages.HumanMessage("plot last month's sales")
     assert idle_steps([ask, reply]) == 0
     assert extract_query([ask, reply]) == "plot last month's sales — query_sales"
+
+
+def test_anthropic_text_after_tool_results_is_the_users_own_words() -> None:
+    # One user message may carry the tool results, then what the user adds; in OpenAI Chat
+    # (and Pydantic AI) the same conversation is a tool message, then a user message.
+    asked: Message = {"role": "user", "content": "weather in Oslo"}
+    anthropic: list[Message] = [
+        asked,
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": "SECRET rain"},
+                {"type": "text", "text": "and tomorrow in Bergen?", "cache_control": {}},
+            ],
+        },
+    ]
+    chat: list[Message] = [
+        asked,
+        {"role": "assistant", "tool_calls": [{"function": {"name": "get_weather"}}]},
+        {"role": "tool", "tool_call_id": "t", "content": "SECRET rain"},
+        {"role": "user", "content": "and tomorrow in Bergen?"},
+    ]
+    assert (
+        extract_query(anthropic) == extract_query(chat) == "weather in Oslo and tomorrow in Bergen?"
+    )
+    assert idle_steps(anthropic) == idle_steps(chat) == 0
+    turns = read_turns(anthropic)
+    assert [(t.role, t.is_tool_result) for t in turns[2:]] == [("user", True), ("user", False)]

@@ -170,7 +170,8 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
     if kind is None or kind == "message":
         if not isinstance(message.get("role"), str):
             raise ConfigError(f"{where}: expected {_EXPECTED}; got {shape(message)}")
-        yield _message_turn(where, message), False
+        for turn in _message_turns(where, message):
+            yield turn, False
         return
     if not isinstance(kind, str):
         raise ConfigError(f"{where}: field 'type' must be a string, got {shape(kind)}")
@@ -201,11 +202,17 @@ def _role(where: str, role: object) -> str:
     return role
 
 
-def _message_turn(where: str, message: Mapping[str, Any]) -> Turn:
+def _message_turns(where: str, message: Mapping[str, Any]) -> list[Turn]:
     role = _role(where, message.get("role"))
     texts, calls, tool_result = _content(where, message.get("content"))
     calls.extend(_chat_calls(where, message))
-    return make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
+    turn = make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
+    if tool_result and role == "user":
+        # Anthropic: text blocks after the tool results are the user's own words
+        said = make_turn(role, texts, (), False)
+        if said.text:
+            return [turn, said]
+    return [turn]
 
 
 def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:

@@ -138,3 +138,31 @@ def test_anthropic_text_after_tool_results_is_the_users_own_words() -> None:
     assert idle_steps(anthropic) == idle_steps(chat) == 0
     turns = read_turns(anthropic)
     assert [(t.role, t.is_tool_result) for t in turns[2:]] == [("user", True), ("user", False)]
+
+
+def test_mcp_sampling_and_prompt_messages_with_one_content_block() -> None:
+    types = pytest.importorskip("mcp.types")
+    prompt = types.PromptMessage(role="user", content=types.TextContent(type="text", text="hi"))
+    assert extract_query([prompt]) == "hi"
+    messages = [
+        types.SamplingMessage(
+            role="user", content=types.TextContent(type="text", text="weather in Oslo")
+        ),
+        types.SamplingMessage(
+            role="assistant",
+            content=types.ToolUseContent(type="tool_use", id="u", name="get_weather", input={}),
+        ),
+        types.SamplingMessage(
+            role="user",
+            content=[
+                types.ToolResultContent(
+                    type="tool_result",
+                    toolUseId="u",
+                    content=[types.TextContent(type="text", text="SECRET rain")],
+                )
+            ],
+        ),
+    ]
+    assert extract_query(messages) == "weather in Oslo — get_weather"
+    assert idle_steps(messages) == 0
+    assert [t.role for t in read_turns(messages)] == ["user", "assistant", "user"]

@@ -153,7 +153,7 @@ def test_sdk_objects_are_read_through_model_dump() -> None:
     [
         (b"weather", "messages given as bytes must be the JSON text of a message list"),
         ({"role": "user", "content": "x"}, "messages must be a string or a list.*got dict"),
-        ([{"role": "user", "content": 5}], "message 0: field 'content' must be a string, a list"),
+        ([{"role": "user", "content": 5}], "message 0: field 'content' must be a string, a content block"),
         (
             [{"role": "user", "content": [7]}],
             "message 0: content block 0: expected an object, got int 7",

@@ -6,11 +6,14 @@ A conversation is a plain string (one user request) or a list in any shape agent
   results are ``role: "tool"`` (or the legacy ``"function"``);
 - **OpenAI Responses** items — ``{"type": "message", "role", "content"}`` (also without
   ``"type"``), ``function_call`` and the other ``*_call`` items, ``function_call_output`` and
-  the other ``*_output`` items; other item types (``reasoning`` …) carry nothing to read;
+  the other ``*_output`` items; other item types (``reasoning``, item references, also as a
+  bare ``{"id"}`` …) carry nothing to read;
 - **Anthropic Messages** — content blocks ``text``, ``tool_use`` (and ``server_tool_use``,
-  ``mcp_tool_use``), ``tool_result``;
+  ``mcp_tool_use``), ``tool_result`` (text after the tool results of a user message is a user
+  turn of its own);
 - **Gemini contents** — ``{"role": "user" | "model", "parts": [{"text"}, {"functionCall"},
-  {"functionResponse"}]}`` (the Python SDK's ``function_call`` spelling too).
+  {"functionResponse"}, {"executableCode"}]}`` (the Python SDK's ``function_call`` spelling too);
+- **MCP** ``SamplingMessage`` / ``PromptMessage`` — content that is one block, read as a list.
 
 - **LangChain** messages and their dicts, **Pydantic AI** ``ModelMessage``s and their dumps
   (see ``framework_messages``), **OpenAI Agents SDK** run items (their ``raw_item``) and
@@ -220,6 +223,8 @@ def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
     texts: list[str] = []
     calls: list[str] = []
     tool_result = False
+    if isinstance(content, Mapping) and isinstance(content.get("type"), str):
+        content = [content]  # one block (MCP sampling and prompt messages)
     if isinstance(content, str):
         texts.append(content)
     elif is_list(content):
@@ -240,8 +245,8 @@ def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
                 tool_result = True
     elif content is not None:
         raise ConfigError(
-            f"{where}: field 'content' must be a string, a list of content blocks or null, "
-            f"got {shape(content)}"
+            f"{where}: field 'content' must be a string, a content block, a list of content "
+            f"blocks or null, got {shape(content)}"
         )
     return texts, calls, tool_result
 

@@ -166,3 +166,17 @@ def test_mcp_sampling_and_prompt_messages_with_one_content_block() -> None:
     assert extract_query(messages) == "weather in Oslo — get_weather"
     assert idle_steps(messages) == 0
     assert [t.role for t in read_turns(messages)] == ["user", "assistant", "user"]
+
+
+def test_chat_assistant_audio_is_read_by_its_transcript() -> None:
+    # what the model said aloud, as Pydantic AI's speech parts; a replayed reply has only an id
+    spoken: Message = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "audio": {"id": "a1", "data": "UklG", "expires_at": 1, "transcript": "I'll check Bergen."},
+    }
+    assert extract_query([_ASK, spoken]) == "I'll check Bergen."
+    replayed: Message = {"role": "assistant", "content": None, "audio": {"id": "a1"}}
+    assert extract_query([_ASK, replayed]) == "plot last month's sales"
+    assert idle_steps([_ASK, spoken]) == idle_steps([_ASK, replayed]) == 1

@@ -209,6 +209,9 @@ def _message_turns(where: str, message: Mapping[str, Any]) -> list[Turn]:
     role = _role(where, message.get("role"))
     texts, calls, tool_result = _content(where, message.get("content"))
     calls.extend(_chat_calls(where, message))
+    audio = message.get("audio")
+    if isinstance(audio, Mapping) and isinstance(audio.get("transcript"), str):
+        texts.append(audio["transcript"])  # an OpenAI Chat reply spoken aloud
     turn = make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
     if tool_result and role == "user":
         # Anthropic: text blocks after the tool results are the user's own words

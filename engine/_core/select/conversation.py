@@ -213,11 +213,9 @@ def _message_turns(where: str, message: Mapping[str, Any]) -> list[Turn]:
     if isinstance(audio, Mapping) and isinstance(audio.get("transcript"), str):
         texts.append(audio["transcript"])  # an OpenAI Chat reply spoken aloud
     turn = make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
-    if tool_result and role == "user":
+    if tool_result and role == "user" and texts:
         # Anthropic: text blocks after the tool results are the user's own words
-        said = make_turn(role, texts, (), False)
-        if said.text:
-            return [turn, said]
+        return [turn, make_turn(role, texts, (), False)]
     return [turn]
 
 

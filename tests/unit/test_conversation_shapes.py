@@ -153,7 +153,10 @@ def test_sdk_objects_are_read_through_model_dump() -> None:
     [
         (b"weather", "messages given as bytes must be the JSON text of a message list"),
         ({"role": "user", "content": "x"}, "messages must be a string or a list.*got dict"),
-        ([{"role": "user", "content": 5}], "message 0: field 'content' must be a string, a list"),
+        (
+            [{"role": "user", "content": 5}],
+            "message 0: field 'content' must be a string, a content block",
+        ),
         (
             [{"role": "user", "content": [7]}],
             "message 0: content block 0: expected an object, got int 7",
@@ -260,7 +263,11 @@ def anthropic(events: list[Event], blocks: bool) -> list[Message]:
     for event in events:
         if isinstance(event, Ask):
             content: object = [{"type": "text", "text": event.text}] if blocks else event.text
-            out.append({"role": "user", "content": content})
+            last = out[-1]["content"] if out and out[-1]["role"] == "user" else None
+            if blocks and isinstance(last, list) and last[-1]["type"] == "tool_result":
+                last.append({"type": "text", "text": event.text})  # after the results
+            else:
+                out.append({"role": "user", "content": content})
             continue
         parts: list[Message] = [{"type": "text", "text": event.text}] if event.text else []
         parts += [

@@ -248,15 +248,18 @@ def _blocks() -> st.SearchStrategy[Any]:
     block = st.fixed_dictionaries(
         {},
         optional={
-            "type": st.sampled_from(["text", "tool_use", "tool_result", "image", 5]),
+            "type": st.sampled_from(
+                ["text", "tool_use", "tool_result", "image", "server_tool_call", "x_call", 5]
+            ),
             "text": _SCALARS,
             "name": st.one_of(st.just("get_weather"), _SCALARS),
             "part_kind": st.sampled_from(["user-prompt", "text", "tool-call", "tool-return"]),
             "content": _SCALARS,
             "tool_name": st.one_of(st.just("get_weather"), _SCALARS),
+            "executableCode": _SCALARS,
         },
     )
-    return st.one_of(_SCALARS, st.lists(st.one_of(block, _SCALARS), max_size=3))
+    return st.one_of(_SCALARS, block, st.lists(st.one_of(block, _SCALARS), max_size=3))
 
 
 _MESSAGES = st.fixed_dictionaries(
@@ -271,6 +274,9 @@ _MESSAGES = st.fixed_dictionaries(
         "raw_item": st.fixed_dictionaries({"role": _ROLES, "content": _blocks()}),
         "data": st.fixed_dictionaries({"type": _KINDS, "content": _blocks()}),
         "text": _SCALARS,
+        "audio": st.fixed_dictionaries({"transcript": _SCALARS}),
+        "invalid_tool_calls": _blocks(),
+        "id": _SCALARS,
     },
 )
 

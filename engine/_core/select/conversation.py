@@ -6,11 +6,14 @@ A conversation is a plain string (one user request) or a list in any shape agent
   results are ``role: "tool"`` (or the legacy ``"function"``);
 - **OpenAI Responses** items — ``{"type": "message", "role", "content"}`` (also without
   ``"type"``), ``function_call`` and the other ``*_call`` items, ``function_call_output`` and
-  the other ``*_output`` items; other item types (``reasoning`` …) carry nothing to read;
+  the other ``*_output`` items; other item types (``reasoning``, item references, also as a
+  bare ``{"id"}`` …) carry nothing to read;
 - **Anthropic Messages** — content blocks ``text``, ``tool_use`` (and ``server_tool_use``,
-  ``mcp_tool_use``), ``tool_result``;
+  ``mcp_tool_use``), ``tool_result`` (text after the tool results of a user message is a user
+  turn of its own);
 - **Gemini contents** — ``{"role": "user" | "model", "parts": [{"text"}, {"functionCall"},
-  {"functionResponse"}]}`` (the Python SDK's ``function_call`` spelling too).
+  {"functionResponse"}, {"executableCode"}]}`` (the Python SDK's ``function_call`` spelling too);
+- **MCP** ``SamplingMessage`` / ``PromptMessage`` — content that is one block, read as a list.
 
 - **LangChain** messages and their dicts, **Pydantic AI** ``ModelMessage``s and their dumps
   (see ``framework_messages``), **OpenAI Agents SDK** run items (their ``raw_item``) and
@@ -64,7 +67,16 @@ _ROLES = {"model": "assistant", "developer": "system", "human": "user", "ai": "a
 _KNOWN_ROLES = ("user", "assistant", "system", "tool", "function")
 _TOOL_ROLES = ("tool", "function")
 _TEXT_BLOCKS = ("text", "input_text", "output_text")
-_CALL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use", "tool_call")
+#: Content blocks that are a named tool use: Anthropic's, and LangChain's standard blocks.
+_CALL_BLOCKS = (
+    "tool_use",
+    "server_tool_use",
+    "mcp_tool_use",
+    "tool_call",
+    "tool_call_chunk",
+    "server_tool_call",
+    "server_tool_call_chunk",
+)
 _NAMED_CALL_ITEMS = ("function_call", "custom_tool_call", "mcp_call")
 #: Responses item types that carry no request text and no tool use of the agent's.
 _SILENT_ITEMS = (
@@ -156,17 +168,18 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
         if read is not None:
             yield read, False
         return
+    if kind is None and "id" in message and message.keys() <= {"id", "type"}:
+        return  # a Responses item reference, its optional "type" left out
     if kind is None or kind == "message":
         if not isinstance(message.get("role"), str):
             raise ConfigError(f"{where}: expected {_EXPECTED}; got {shape(message)}")
-        yield _message_turn(where, message), False
+        for turn in _message_turns(where, message):
+            yield turn, False
         return
     if not isinstance(kind, str):
         raise ConfigError(f"{where}: field 'type' must be a string, got {shape(kind)}")
-    if kind in _NAMED_CALL_ITEMS or kind.endswith("_call"):
-        name = message.get("name")
-        called = name if kind in _NAMED_CALL_ITEMS and isinstance(name, str) else kind[:-5]
-        yield Turn("assistant", "", (called,)), True
+    if kind.endswith("_call"):
+        yield Turn("assistant", "", (_called(kind, message),)), True
     elif kind.endswith("_output"):
         yield Turn("tool", "", (), True), False
     elif kind not in _SILENT_ITEMS:
@@ -174,6 +187,12 @@ def _read_message(where: str, raw: object) -> Iterator[tuple[Turn, bool]]:
             f"{where}: unknown item type {kind!r} (keys {listed(message.keys())}); expected "
             f"{_EXPECTED}"
         )
+
+
+def _called(kind: str, item: Mapping[str, Any]) -> str:
+    """The tool a Responses ``*_call`` item uses: its name, or the hosted tool's."""
+    name = item.get("name")
+    return name if kind in _NAMED_CALL_ITEMS and isinstance(name, str) else kind[:-5]
 
 
 def _role(where: str, role: object) -> str:
@@ -186,11 +205,18 @@ def _role(where: str, role: object) -> str:
     return role
 
 
-def _message_turn(where: str, message: Mapping[str, Any]) -> Turn:
+def _message_turns(where: str, message: Mapping[str, Any]) -> list[Turn]:
     role = _role(where, message.get("role"))
     texts, calls, tool_result = _content(where, message.get("content"))
     calls.extend(_chat_calls(where, message))
-    return make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
+    audio = message.get("audio")
+    if isinstance(audio, Mapping) and isinstance(audio.get("transcript"), str):
+        texts.append(audio["transcript"])  # an OpenAI Chat reply spoken aloud
+    turn = make_turn(role, texts, calls, tool_result or role in _TOOL_ROLES)
+    if tool_result and role == "user" and texts:
+        # Anthropic: text blocks after the tool results are the user's own words
+        return [turn, make_turn(role, texts, (), False)]
+    return [turn]
 
 
 def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
@@ -198,6 +224,8 @@ def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
     texts: list[str] = []
     calls: list[str] = []
     tool_result = False
+    if isinstance(content, Mapping) and isinstance(content.get("type"), str):
+        content = [content]  # one block (MCP sampling and prompt messages)
     if isinstance(content, str):
         texts.append(content)
     elif is_list(content):
@@ -209,14 +237,17 @@ def _content(where: str, content: object) -> tuple[list[str], list[str], bool]:
             kind = block.get("type")
             if kind in _TEXT_BLOCKS and isinstance(block.get("text"), str):
                 texts.append(block["text"])
-            elif kind in _CALL_BLOCKS and isinstance(block.get("name"), str):
-                calls.append(block["name"])
+            elif kind in _CALL_BLOCKS:
+                if isinstance(block.get("name"), str):
+                    calls.append(block["name"])
+            elif isinstance(kind, str) and kind.endswith("_call"):
+                calls.append(_called(kind, block))  # Responses items kept as content (LangChain)
             elif kind == "tool_result":
                 tool_result = True
     elif content is not None:
         raise ConfigError(
-            f"{where}: field 'content' must be a string, a list of content blocks or null, "
-            f"got {shape(content)}"
+            f"{where}: field 'content' must be a string, a content block, a list of content "
+            f"blocks or null, got {shape(content)}"
         )
     return texts, calls, tool_result
 
@@ -262,6 +293,8 @@ def _gemini_turn(where: str, content: Mapping[str, Any]) -> Turn:
             call = as_mapping(call, f"{where}: part {number}: functionCall")
             if isinstance(call.get("name"), str):
                 calls.append(call["name"])
+        elif part.get("executableCode", part.get("executable_code")) is not None:
+            calls.append("code_execution")  # the model ran code with the hosted tool
         elif part.get("functionResponse", part.get("function_response")) is not None:
             tool_result = True
     return make_turn(role, texts, calls, tool_result)

@@ -72,18 +72,22 @@ def langchain_turn(
     if role == "chat":
         role = chat_role(where, message.get("role"))
     texts, block_calls, block_result = read_content(where, message.get("content"))
-    calls = _langchain_calls(where, message.get("tool_calls"))
+    calls = [
+        *_langchain_calls(where, message, "tool_calls"),
+        *_langchain_calls(where, message, "invalid_tool_calls"),  # calls whose args did not parse
+    ]
     # A provider's tool_use blocks and the message's tool_calls are the same calls: count once.
     return make_turn(
         role, texts, calls or block_calls, block_result or role in ("tool", "function")
     )
 
 
-def _langchain_calls(where: str, raw: object) -> list[str]:
+def _langchain_calls(where: str, message: Mapping[str, Any], field: str) -> list[str]:
+    raw = message.get(field)
     if raw is None:
         return []
     if not is_list(raw):
-        raise ConfigError(f"{where}: field 'tool_calls' must be a list, got {shape(raw)}")
+        raise ConfigError(f"{where}: field '{field}' must be a list, got {shape(raw)}")
     names = []
     for number, item in enumerate(raw):
         call = as_mapping(item, f"{where}: tool call {number}")

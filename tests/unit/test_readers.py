@@ -491,6 +491,19 @@ def test_not_utf8_is_a_catalog_error(tmp_path: Path) -> None:
         Catalog.from_file(path)
 
 
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
+    # Windows editors (Notepad, PowerShell 5's Out-File -Encoding utf8) start UTF-8 files
+    # with a byte order mark; RFC 8259 lets a reader ignore it, and every reader of the
+    # catalogue's JSON does.
+    path = tmp_path / "tools.json"
+    text = '[\r\n  {"name": "get_weather", "description": "Wetter f\u00fcr eine Stadt"}\r\n]\r\n'
+    path.write_bytes(text.encode("utf-8-sig"))
+    assert Catalog.from_file(path)["get_weather"].description == "Wetter f\u00fcr eine Stadt"
+    queries = tmp_path / "queries.json"
+    queries.write_bytes('[{"query": "Wetter", "expected": "get_weather"}]'.encode("utf-8-sig"))
+    assert load_queries(queries)[0].text == "Wetter"
+
+
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     path = tmp_path / "absent.json"
     with pytest.raises(CatalogError, match=r"cannot read tool file .*absent\.json"):

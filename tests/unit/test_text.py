@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from toolroute import Tool
+from toolroute import Catalog, Tool, ToolIndex
 from toolroute._core.text import (
     KEYWORD_TEXT_CHARS,
     MODEL_TEXT_CHARS,
@@ -84,6 +84,33 @@ def test_tokenize_splits_acronyms_and_folds_their_case() -> None:
 def test_tokenize_keeps_unicode_letters() -> None:
     assert tokenize("café crème") == ["café", "crème"]
     assert tokenize("Zürich Straße") == ["zürich", "straße"]
+
+
+def test_tokenize_keeps_combining_marks_inside_their_word() -> None:
+    # Devanagari vowel signs, Arabic harakat and a decomposed accent are marks, not letters:
+    # a word must not break into fragments at each one.
+    assert tokenize("मौसम का पूर्वानुमान") == ["मौसम", "का", "पूर्वानुमान"]
+    assert tokenize("الطَّقْس") == ["الطَّقْس"]
+    assert split_identifier("मौसम_पूर्वानुमान") == ["मौसम", "पूर्वानुमान"]
+
+
+def test_tokenize_reads_decomposed_and_full_width_text_as_its_usual_form() -> None:
+    # NFKC: "e" + U+0301 (macOS file names, some pasted text) is "é"; full-width letters and
+    # half-width katakana (typed with Japanese input methods) are the ordinary ones.
+    assert tokenize("e\u0301te\u0301 cafe\u0301") == tokenize("été café") == ["été", "café"]
+    assert tokenize("ＰＤＦを読む") == tokenize("PDFを読む")
+    assert tokenize("ﾌｧｲﾙ") == tokenize("ファイル")
+
+
+def test_a_devanagari_request_finds_its_tool_by_keyword() -> None:
+    catalog = Catalog.from_plain(
+        [
+            {"name": "send_email", "description": "किसी को ईमेल भेजें"},
+            {"name": "get_weather", "description": "शहर के मौसम का पूर्वानुमान"},
+        ]
+    )
+    index = ToolIndex(catalog, embedder=None, cache=None)
+    assert index.select("कल दिल्ली में मौसम कैसा रहेगा").tool_ids == ("get_weather",)
 
 
 def test_tokenize_splits_cjk_into_characters() -> None:

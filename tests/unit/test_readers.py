@@ -278,6 +278,29 @@ def test_mcp_servers_rejects_a_non_mapping() -> None:
         Catalog.from_mcp_servers([{"tools": []}])  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        ({"tools": [{"name": "b"}, {"name": 5}]}, r"server 'slack': tool 1: field 'name'"),
+        (None, r"server 'slack': expected a list of tools, got nothing"),
+        ({"result": {}}, r"server 'slack': expected an MCP tools/list result"),
+    ],
+)
+def test_mcp_servers_name_the_server_of_a_bad_listing(result: object, message: str) -> None:
+    servers = {"github": {"tools": [{"name": "a"}, {"name": "b"}]}, "slack": result}
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_mcp_servers(servers)
+
+
+def test_a_duplicate_id_names_the_servers_of_both_tools() -> None:
+    servers = {"github": {"tools": [{"name": "a"}]}, "slack": {"tools": [{"name": "b"}] * 2}}
+    message = r"duplicate tool id 'b': tool 1 \(server 'slack'\) and tool 2 \(server 'slack'\)"
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_mcp_servers(servers)
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_data({"servers": [{"name": n, **r} for n, r in servers.items()]})
+
+
 def test_servers_file_form_keeps_server_descriptions_and_qualifies_clashes() -> None:
     catalog = Catalog.from_data(servers_file())
     assert catalog.ids == ("send", "mail__search", "files__search", "read")

@@ -52,7 +52,8 @@ class Catalog:
             first = by_id.setdefault(tool.id, index)
             if first != index:
                 raise CatalogError(
-                    f"duplicate tool id {tool.id!r}: tool {first} and tool {index} share it"
+                    f"duplicate tool id {tool.id!r}: tool {first}{_on(tools[first])} and tool"
+                    f" {index}{_on(tool)} share it"
                 )
         descriptions = server_descriptions or {}
         members: dict[str, list[str]] = {}
@@ -196,3 +197,8 @@ class Catalog:
     @classmethod
     def _built(cls, read: readers.ReadTools) -> Catalog:
         return cls(read.tools, server_descriptions=read.server_descriptions)
+
+
+def _on(tool: Tool) -> str:
+    """Where a duplicate is, beyond its index: its server, when it has one."""
+    return "" if tool.server is None else f" (server {tool.server!r})"

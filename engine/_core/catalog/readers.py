@@ -98,7 +98,10 @@ def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
         )
     tools: list[Tool] = []
     for name, result in servers.items():
-        tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
+        try:
+            tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
+        except CatalogError as exc:
+            raise CatalogError(f"server {str(name)!r}: {exc}") from None
     return ReadTools(_qualify_clashes(tools))
 
 

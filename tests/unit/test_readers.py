@@ -335,6 +335,27 @@ def test_plain_tool_keeps_its_explicit_id_and_server() -> None:
     assert catalog["w1"] == Tool(id="w1", name="weather", server="wx")
 
 
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"mcpServers": {"time": {"command": "uvx"}}}, r"an MCP client config.*toolroute mcp"),
+        ({"servers": {"time": {"type": "stdio", "command": "uvx"}}}, r"an MCP client config"),
+        ({"openapi": "3.1.0", "info": {}, "paths": {}}, r"an OpenAPI document"),
+        ({"name": "get_weather", "description": "Weather"}, r"a single tool definition.*list"),
+        ({"type": "function", "function": {"name": "a"}}, r"a single tool definition"),
+    ],
+)
+def test_a_document_that_is_not_a_catalogue_is_named_not_read_as_tools(
+    tmp_path: Path, data: object, message: str
+) -> None:
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_data(data)
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_file(path)
+
+
 def test_plain_mapping_entry_not_an_object_is_rejected_naming_the_tool() -> None:
     with pytest.raises(CatalogError, match="tool 'broken'"):
         Catalog.from_plain({"broken": "a string"})

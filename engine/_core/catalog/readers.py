@@ -137,6 +137,7 @@ def _read_plain(data: object) -> ReadTools:
         if isinstance(data.get("tools"), list):
             data = data["tools"]
         else:
+            _refuse_other_documents(data)
             items = []
             for name, spec in data.items():
                 if not isinstance(spec, Mapping):
@@ -146,6 +147,31 @@ def _read_plain(data: object) -> ReadTools:
     if not isinstance(data, list):
         raise CatalogError(f"expected a list of tools, got {_describe(data)}")
     return ReadTools(_qualify_clashes(_read_items(data, _plain_item)))
+
+
+def _refuse_other_documents(data: Mapping[str, Any]) -> None:
+    """An object that would read as ``{name: spec}`` but is another document: a clear error,
+    not a catalogue of its top-level keys.
+
+    Raises:
+        CatalogError: an MCP client config, an OpenAPI document or one tool definition.
+    """
+    if "mcpServers" in data or isinstance(data.get("servers"), Mapping):
+        raise CatalogError(
+            "expected tool definitions, got an MCP client config ('mcpServers' or 'servers'"
+            " naming commands to start): serve it with `toolroute mcp --config FILE`, or read"
+            " each server's tools/list result with Catalog.from_mcp_servers"
+        )
+    if "openapi" in data or "swagger" in data:
+        raise CatalogError(
+            "expected tool definitions, got an OpenAPI document: write each operation the"
+            " agent may call as a function definition ({name, description, parameters})"
+        )
+    if isinstance(data.get("name"), str) or isinstance(data.get("function"), Mapping):
+        raise CatalogError(
+            f"expected a list of tool definitions, got a single tool definition"
+            f" ({_describe(data)}): put it in a list"
+        )
 
 
 def read_item(index: int, item: object, *, server: str | None = None) -> Tool:

@@ -202,7 +202,22 @@ def _tool_parts(tool: Tool, schema_depth: int) -> Iterator[str]:
 
 
 def schema_text(schema: Mapping[str, Any], *, depth: int) -> Iterator[str]:
-    """Parameter names (split) and descriptions of a JSON Schema, breadth-limited by depth."""
+    """Parameter names (split) and descriptions of a JSON Schema, breadth-limited by depth.
+
+    Local ``$ref`` s (``#/$defs/...``, ``#/definitions/...``: pydantic's and OpenAPI's models)
+    are followed, each once, and ``anyOf``/``oneOf``/``allOf`` members read as the schema
+    itself; a remote or missing reference reads as nothing.
+    """
+    return _schema_parts(schema, depth, schema, set())
+
+
+_UNIONS = ("anyOf", "oneOf", "allOf")
+
+
+def _schema_parts(
+    schema: object, depth: int, root: Mapping[str, Any], seen: set[str]
+) -> Iterator[str]:
+    schema = _referenced(schema, root, seen)
     if depth <= 0 or not isinstance(schema, Mapping):
         return
     properties = schema.get("properties")
@@ -213,10 +228,32 @@ def schema_text(schema: Mapping[str, Any], *, depth: int) -> Iterator[str]:
                 description = spec.get("description")
                 if isinstance(description, str) and description:
                     yield description
-                yield from schema_text(spec, depth=depth - 1)
+                yield from _schema_parts(spec, depth - 1, root, seen)
     items = schema.get("items")
     if isinstance(items, Mapping):
-        yield from schema_text(items, depth=depth - 1)
+        yield from _schema_parts(items, depth - 1, root, seen)
+    for key in _UNIONS:
+        members = schema.get(key)
+        if isinstance(members, list):
+            for member in members:
+                yield from _schema_parts(member, depth, root, seen)
+
+
+def _referenced(schema: object, root: Mapping[str, Any], seen: set[str]) -> object:
+    """The schema a local ``$ref`` points to (a JSON pointer into ``root``); ``None`` for a
+    reference followed already (a recursive model, or one used twice: its text is in once),
+    remote or missing. Any other schema is itself."""
+    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+    if not isinstance(ref, str):
+        return schema
+    if ref in seen or not ref.startswith("#/"):
+        return None
+    seen.add(ref)
+    target: object = root
+    for part in ref[2:].split("/"):
+        key = part.replace("~1", "/").replace("~0", "~")
+        target = target.get(key) if isinstance(target, Mapping) else None
+    return target
 
 
 def embedding_text(tool: Tool, extra: str = "") -> str:

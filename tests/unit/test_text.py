@@ -227,6 +227,36 @@ def test_tool_text_includes_nested_parameters_up_to_the_depth() -> None:
         assert f"about level {level}" in text
 
 
+def test_tool_text_reads_parameters_behind_local_refs_and_unions() -> None:
+    # What pydantic (FastMCP, OpenAPI generators) emits: models under $defs (or OpenAPI's
+    # definitions), reached by $ref, optional ones through anyOf with null.
+    parameters = {
+        "$defs": {
+            "Ticket": {
+                "type": "object",
+                "properties": {
+                    "priority": {"type": "string", "description": "Urgency of the request"},
+                    "parent": {"$ref": "#/$defs/Ticket"},  # recursive
+                },
+            },
+            "Owner": {"type": "object", "properties": {"teamName": {"type": "string"}}},
+        },
+        "definitions": {"Tag": {"type": "object", "properties": {"colour": {"type": "string"}}}},
+        "type": "object",
+        "properties": {
+            "ticket": {"$ref": "#/$defs/Ticket"},
+            "owner": {"anyOf": [{"$ref": "#/$defs/Owner"}, {"type": "null"}]},
+            "tags": {"type": "array", "items": {"allOf": [{"$ref": "#/definitions/Tag"}]}},
+            "missing": {"$ref": "#/$defs/Nowhere"},
+            "remote": {"$ref": "https://example.com/schema.json"},
+        },
+    }
+    lines = tool_text(Tool("t", "create_ticket", parameters=parameters)).split("\n")
+    for line in ("priority", "Urgency of the request", "team Name", "colour", "missing"):
+        assert line in lines
+    assert lines.count("priority") <= 4  # the recursive ref ends at the depth bound
+
+
 def test_tool_text_stops_at_the_depth_bound() -> None:
     tool = Tool("t", "t", parameters=nested_schema(6))
     default = tool_text(tool)

@@ -214,6 +214,17 @@ def test_gemini_list_of_tool_objects_is_flattened_in_order() -> None:
     assert_weather_and_email(Catalog.from_gemini(data))
 
 
+def test_gemini_request_tools_are_unwrapped_as_they_are_detected() -> None:
+    # A generateContent request (or its config) holds its Tool objects under "tools".
+    first, second = gemini_declarations()
+    request = {"contents": [], "tools": [{"functionDeclarations": [first, second]}]}
+    assert_weather_and_email(Catalog.from_gemini(request))
+    assert_weather_and_email(Catalog.from_data(request))
+    hosted = {"tools": [{"functionDeclarations": [first]}, {"googleSearch": {}}]}
+    with pytest.raises(CatalogError, match=r"tool 1: .*got 'googleSearch'"):
+        Catalog.from_data(hosted)
+
+
 def test_gemini_bare_declarations_are_read() -> None:
     assert_weather_and_email(Catalog.from_gemini(gemini_declarations()))
 

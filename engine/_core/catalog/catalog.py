@@ -130,7 +130,8 @@ class Catalog:
 
     @classmethod
     def from_gemini(cls, tools: object) -> Catalog:
-        """Gemini ``function_declarations`` (a Tool object, a list of them, or the bare list).
+        """Gemini ``function_declarations`` (a Tool object, a list of them, a request's
+        ``{"tools": [...]}``, or the bare list).
         A tool Gemini runs itself (``{"googleSearch": {}}`` …) is a ``CatalogError``: leave
         it out and send it always."""
         return cls.from_data(tools, format="gemini")

@@ -451,7 +451,10 @@ def _mcp_tools(result: object) -> object:
 
 
 def _gemini_declarations(data: object) -> list[object]:
-    """Flatten Tool objects (``{"function_declarations": [...]}``) into their declarations."""
+    """Flatten Tool objects (``{"function_declarations": [...]}``) into their declarations;
+    a request's ``{"tools": [...]}`` holds a list of them."""
+    if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
+        data = data["tools"]
     containers: list[object] = data if isinstance(data, list) else [data]
     declarations: list[object] = []
     for container in containers:

@@ -279,6 +279,20 @@ def test_mcp_servers_qualify_only_clashing_names() -> None:
     assert catalog.servers[0].tool_ids == ("send", "mail__search")
 
 
+def test_a_tool_without_a_server_keeps_its_name_beside_a_server_tool_of_that_name() -> None:
+    # An OpenAI Responses request may hold a top-level function and a namespace's function
+    # of one name: two tools the model tells apart, so both are read.
+    tools = [
+        {"type": "function", "name": "search", "description": "Search my notes"},
+        {"type": "namespace", "name": "web", "tools": [{"type": "function", "name": "search"}]},
+    ]
+    assert Catalog.from_openai(tools).ids == ("search", "web__search")
+    plain = [{"name": "search"}, {"name": "search", "server": "web"}]
+    assert Catalog.from_plain(plain).ids == ("search", "web__search")
+    with pytest.raises(CatalogError, match="duplicate tool id 'search'"):
+        Catalog.from_plain([{"name": "search"}, {"name": "search"}])
+
+
 def test_mcp_servers_without_clash_keep_plain_names() -> None:
     catalog = Catalog.from_mcp_servers({"a": {"tools": [{"name": "x"}]}, "b": [{"name": "y"}]})
     assert catalog.ids == ("x", "y")

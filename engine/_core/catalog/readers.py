@@ -247,24 +247,25 @@ def dumped(value: object) -> Mapping[str, Any] | None:
 
 
 def qualify_clashes(tools: list[Tool]) -> list[Tool]:
-    """Give tools whose name occurs on several servers the id ``server__name``."""
+    """Give tools whose name occurs on several servers the id ``server__name`` (a tool
+    without a server keeps its name)."""
     return _qualify_clashes(tools)
 
 
 def _qualify_clashes(tools: list[Tool]) -> list[Tool]:
-    """Give tools whose name occurs on several servers the id ``server__name``."""
+    """Give tools whose name occurs on several servers the id ``server__name`` (a tool
+    without a server keeps its name; two of them sharing one are left to clash)."""
     servers_by_name: dict[str, set[str | None]] = {}
     for tool in tools:
         servers_by_name.setdefault(tool.id, set()).add(tool.server)
-    clashing = {
-        name
-        for name, servers in servers_by_name.items()
-        if len(servers) > 1 and None not in servers
-    }
+    clashing = {name for name, servers in servers_by_name.items() if len(servers) > 1}
     if not clashing:
         return tools
     return [
-        attrs.evolve(t, id=f"{t.server}{QUALIFIER}{t.id}") if t.id in clashing else t for t in tools
+        attrs.evolve(t, id=f"{t.server}{QUALIFIER}{t.id}")
+        if t.id in clashing and t.server is not None
+        else t
+        for t in tools
     ]
 
 

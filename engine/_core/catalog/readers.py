@@ -364,9 +364,10 @@ def _build(
             f"{where}: field 'description' must be a string, got {_describe(description)}"
         )
     parameters: object = {}
+    parameters_field = "parameters"
     for key in parameter_keys:
         if key in item:
-            parameters = item[key]
+            parameters, parameters_field = item[key], key
             if parameters is None:
                 parameters = {}
             elif not isinstance(parameters, Mapping):
@@ -388,10 +389,16 @@ def _build(
             raise CatalogError(
                 f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
             )
-    try:
-        schema, notes = _copy_json(parameters), _copy_json(annotations)
-    except RecursionError:  # a caller's schema nested hundreds deep
-        raise CatalogError(f"{where}: the schema is nested too deeply to read") from None
+    field = parameters_field
+    try:  # a caller's schema nested hundreds deep: a RecursionError
+        schema = _copy_json(parameters)
+        field = "annotations"
+        notes = _copy_json(annotations)
+    except RecursionError:
+        raise CatalogError(
+            f"{where}: the schema is nested too deeply to read: field {field!r} nests objects"
+            f" and arrays more than {MAX_NESTING} levels deep"
+        ) from None
     return Tool(
         id=tool_id,
         name=name,

@@ -66,9 +66,11 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        yaml = where.lower().endswith((".yaml", ".yml"))
         raise error(
             f"{what} {where!r} is not valid JSON: {exc.msg} "
             f"at line {exc.lineno}, column {exc.colno}"
+            + ("; YAML is not read: convert the file to JSON" if yaml else "")
         ) from exc
     except RecursionError:  # arrays nested thousands deep
         raise error(f"{what} {where!r} is not valid JSON: nested too deeply") from None

@@ -573,6 +573,13 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
     assert load_queries(queries)[0].text == "Wetter"
 
 
+def test_a_yaml_file_is_said_to_be_one(tmp_path: Path) -> None:
+    path = tmp_path / "tools.yaml"
+    path.write_text("- name: get_weather\n  description: Weather\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match=r"not valid JSON: .*; YAML is not read: convert"):
+        Catalog.from_file(path)
+
+
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     path = tmp_path / "absent.json"
     with pytest.raises(CatalogError, match=r"cannot read tool file .*absent\.json"):

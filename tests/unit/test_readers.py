@@ -298,6 +298,19 @@ def test_mcp_servers_without_clash_keep_plain_names() -> None:
     assert catalog.ids == ("x", "y")
 
 
+@pytest.mark.parametrize("server", [5, "", ["github"]])
+def test_a_server_argument_that_is_not_a_name_is_a_catalog_error(server: Any) -> None:
+    with pytest.raises(CatalogError, match=r"server must be a non-empty string or None, got"):
+        Catalog.from_mcp({"tools": [{"name": "a"}]}, server=server)
+    with pytest.raises(CatalogError, match=r"server must be a non-empty string or None, got"):
+        Catalog.from_tools([{"name": "a"}], server=server)
+
+
+def test_mcp_servers_refuse_an_empty_server_name() -> None:
+    with pytest.raises(CatalogError, match=r"server names must be non-empty, got ''"):
+        Catalog.from_mcp_servers({"": {"tools": [{"name": "a"}]}})
+
+
 def test_mcp_servers_rejects_a_non_mapping() -> None:
     with pytest.raises(CatalogError, match="mapping of server name"):
         Catalog.from_mcp_servers([{"tools": []}])  # type: ignore[arg-type]

@@ -139,7 +139,8 @@ class Catalog:
     @classmethod
     def from_mcp(cls, result: object, *, server: str | None = None) -> Catalog:
         """An MCP ``tools/list`` result (or the JSON-RPC response holding one), as JSON or as
-        the MCP SDK's ``ListToolsResult`` (or a list of its ``Tool`` objects)."""
+        the MCP SDK's ``ListToolsResult`` (or a list of its ``Tool`` objects); ``server``,
+        when given, is a non-empty string (else a ``CatalogError``)."""
         return cls._built(readers.read_mcp(result, server=server))
 
     @classmethod
@@ -171,7 +172,8 @@ class Catalog:
         Raises:
             CatalogError: an object of no known shape (naming its index and type), a
                 malformed definition, a function whose name is not a tool name (a lambda:
-                define it with ``def``, or set its ``__name__``), or two tools sharing an id.
+                define it with ``def``, or set its ``__name__``), two tools sharing an id, or
+                a ``server`` that is not a non-empty string.
         """
         return cls(framework_tools.read_tools(tools, server=server))
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from ..errors import CatalogError, ConfigError
+from ..errors import CatalogError, ConfigError, given
 from .tool import QUALIFIER, Tool, example_tuple
 
 FORMATS = ("openai", "anthropic", "gemini", "mcp", "mcp-servers", "plain")
@@ -88,7 +88,18 @@ def _detect_item_format(items: Sequence[object]) -> str | None:
 
 
 def read_mcp(result: object, *, server: str | None = None) -> ReadTools:
+    check_server(server)
     return ReadTools(_read_items(_mcp_tools(result), _mcp_item, server=server))
+
+
+def check_server(server: object) -> None:
+    """A ``server`` argument is a server's name or ``None``.
+
+    Raises:
+        CatalogError: anything else (an empty string, a number, a list).
+    """
+    if server is not None and (not isinstance(server, str) or not server):
+        raise CatalogError(f"server must be a non-empty string or None, got {given(server)}")
 
 
 def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
@@ -98,6 +109,8 @@ def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
         )
     tools: list[Tool] = []
     for name, result in servers.items():
+        if not str(name):
+            raise CatalogError("server names must be non-empty, got ''")
         try:
             tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
         except CatalogError as exc:

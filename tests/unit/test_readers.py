@@ -394,6 +394,12 @@ def test_a_document_that_is_not_a_catalogue_is_named_not_read_as_tools(
         Catalog.from_file(path)
 
 
+def test_tools_named_like_those_documents_keys_are_still_read() -> None:
+    spec = {"description": "List the servers"}
+    data = {"servers": spec, "function": spec, "openapi": spec, "type": spec, "name": spec}
+    assert Catalog.from_data(data).ids == ("servers", "function", "openapi", "type", "name")
+
+
 def test_plain_mapping_entry_not_an_object_is_rejected_naming_the_tool() -> None:
     with pytest.raises(CatalogError, match="tool 'broken'"):
         Catalog.from_plain({"broken": "a string"})

@@ -169,22 +169,32 @@ def _refuse_other_documents(data: Mapping[str, Any]) -> None:
     Raises:
         CatalogError: an MCP client config, an OpenAPI document or one tool definition.
     """
-    if "mcpServers" in data or isinstance(data.get("servers"), Mapping):
+    if isinstance(data.get("mcpServers"), Mapping) or _server_configs(data.get("servers")):
         raise CatalogError(
             "expected tool definitions, got an MCP client config ('mcpServers' or 'servers'"
             " naming commands to start): serve it with `toolroute mcp --config FILE`, or read"
             " each server's tools/list result with Catalog.from_mcp_servers"
         )
-    if "openapi" in data or "swagger" in data:
+    if isinstance(data.get("openapi"), str) or isinstance(data.get("swagger"), str):
         raise CatalogError(
             "expected tool definitions, got an OpenAPI document: write each operation the"
             " agent may call as a function definition ({name, description, parameters})"
         )
-    if isinstance(data.get("name"), str) or isinstance(data.get("function"), Mapping):
+    if isinstance(data.get("name"), str) or data.get("type") == "function":
         raise CatalogError(
             f"expected a list of tool definitions, got a single tool definition"
             f" ({_describe(data)}): put it in a list"
         )
+
+
+def _server_configs(value: object) -> bool:
+    """Whether ``value`` maps names to MCP server configs (each a ``command`` or a ``url``),
+    as VS Code's ``servers`` does (a tool named "servers" maps to its own spec)."""
+    return (
+        isinstance(value, Mapping)
+        and bool(value)
+        and all(isinstance(v, Mapping) and ("command" in v or "url" in v) for v in value.values())
+    )
 
 
 def read_item(index: int, item: object, *, server: str | None = None) -> Tool:

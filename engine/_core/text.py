@@ -217,8 +217,10 @@ _UNIONS = ("anyOf", "oneOf", "allOf")
 def _schema_parts(
     schema: object, depth: int, root: Mapping[str, Any], seen: set[str]
 ) -> Iterator[str]:
+    if depth <= 0:
+        return
     schema = _referenced(schema, root, seen)
-    if depth <= 0 or not isinstance(schema, Mapping):
+    if not isinstance(schema, Mapping):
         return
     properties = schema.get("properties")
     if isinstance(properties, Mapping):

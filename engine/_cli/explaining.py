@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .._core.select.explain import Explanation
 
 
@@ -34,3 +36,14 @@ def explanation_line(explanation: Explanation) -> str:
     if explanation.matched_words:
         notes.append(f"matched {', '.join(explanation.matched_words)}")
     return ", ".join([head, *notes])
+
+
+# Control characters (a terminal's escape sequences, bell, newline) and the bidirectional
+# controls that reorder what a line shows.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (``\\x1b``, ``\\u202e``): tool and server
+    names come from tool files and MCP servers, and must not drive the terminal."""
+    return _UNPRINTABLE.sub(lambda match: ascii(match.group())[1:-1], text)

@@ -24,7 +24,7 @@ from .._core.recall.index import STRATEGIES, Progress
 from .._core.select.selection import Selection
 from .._runtime.tool_index import ToolIndex
 from .events import add_events_command
-from .explaining import explanation_line
+from .explaining import explanation_line, printable
 from .gates import add_gate_options, gates_from, shortfalls
 from .inputs import (
     check_expected_ids,
@@ -279,12 +279,12 @@ def _print_selection(query: str, selection: Selection, catalog: Catalog, read: s
         shown = "    -" if score is None else f"{score:5.3f}"
         note = "" if source == "ranked" else f"  ({source})"
         server = catalog[tool_id].server
-        where = f"  [{server}]" if server else ""
-        print(f"  {rank:2d}. {shown}  {tool_id}{where}{note}")
+        where = f"  [{printable(server)}]" if server else ""
+        print(f"  {rank:2d}. {shown}  {printable(tool_id)}{where}{note}")
     if not selection.tool_ids:
         print("  (no tool)")
     for explanation in selection.explanations:
-        print(f"  {explanation_line(explanation)}")
+        print(f"  {printable(explanation_line(explanation))}")
 
 
 def _run_eval(args: argparse.Namespace) -> int:
@@ -457,8 +457,8 @@ def _run_route(args: argparse.Namespace) -> int:
                 f"\n{query}\n  {outcome.outcome} via {outcome.strategy}"
                 f" in {outcome.latency_ms:.0f} ms {outcome.reason}".rstrip()
             )
-            print(f"  kept:    {', '.join(outcome.selected) or '-'}")
-            print(f"  dropped: {', '.join(outcome.excluded) or '-'}")
+            print(f"  kept:    {printable(', '.join(outcome.selected)) or '-'}")
+            print(f"  dropped: {printable(', '.join(outcome.excluded)) or '-'}")
         if decider is not None:
             await decider.aclose()
 

@@ -53,7 +53,9 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
         )
     where = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as file:
+        # utf-8-sig: a byte order mark (Windows editors write one) is read past, as RFC 8259
+        # allows; a file without one reads as plain UTF-8.
+        with open(path, encoding="utf-8-sig") as file:
             text = file.read()
     except OSError as exc:
         raise error(f"cannot read {what} {where!r}: {exc.strerror}") from exc
@@ -64,9 +66,11 @@ def read_json(path: str | os.PathLike[str], *, what: str, error: type[ToolrouteE
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        yaml = where.lower().endswith((".yaml", ".yml"))
         raise error(
             f"{what} {where!r} is not valid JSON: {exc.msg} "
             f"at line {exc.lineno}, column {exc.colno}"
+            + ("; YAML is not read: convert the file to JSON" if yaml else "")
         ) from exc
     except RecursionError:  # arrays nested thousands deep
         raise error(f"{what} {where!r} is not valid JSON: nested too deeply") from None

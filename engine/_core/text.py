@@ -18,6 +18,7 @@ pasted document costs a bounded amount of work (measured over every dataset in
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -80,13 +81,29 @@ def bounded(text: str, limit: int) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def _words(text: str) -> list[str]:
+    """The words of ``text``: runs of letters and digits, with the combining marks on them
+    (a Devanagari vowel sign, Arabic harakat, a decomposed accent) inside their word."""
+    return _WORD.findall(text) if text.isascii() else _marked_word().findall(text)
+
+
+@lru_cache(maxsize=1)
+def _marked_word() -> re.Pattern[str]:
+    # Marks are not word characters to ``re``: those of the Basic Multilingual Plane (every
+    # script in common use) make one class, built on the first text that is not ASCII.
+    marks = "".join(
+        chr(c) for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M")
+    )
+    return re.compile(f"[^\\W_]+(?:[{marks}]+[^\\W_]*)*")
+
+
 def split_identifier(name: str) -> list[str]:
     """``"getHTTPResponse_v2"`` -> ``["get", "HTTP", "Response", "v2"]`` (case kept).
 
     Reads at most the first ``KEYWORD_TEXT_CHARS`` characters.
     """
     parts: list[str] = []
-    for word in _WORD.findall(bounded(name, KEYWORD_TEXT_CHARS)):
+    for word in _words(bounded(name, KEYWORD_TEXT_CHARS)):
         parts.extend(part for part in _CAMEL.split(word) if part)
     return parts
 
@@ -94,20 +111,31 @@ def split_identifier(name: str) -> list[str]:
 def tokenize(text: str, *, stopwords: frozenset[str] = STOPWORDS) -> list[str]:
     """Lower-cased word tokens of ``text`` with identifiers split and stopwords removed.
 
-    Reads at most the first ``KEYWORD_TEXT_CHARS`` characters (see ``bounded``).
+    Reads at most the first ``KEYWORD_TEXT_CHARS`` characters (see ``bounded``), each word
+    in its NFKC form: a decomposed accent is the composed letter, full-width letters and
+    half-width katakana are the usual ones.
     """
     tokens: list[str] = []
-    for word in _WORD.findall(bounded(text, KEYWORD_TEXT_CHARS)):
+    for word in _words(bounded(text, KEYWORD_TEXT_CHARS)):
         if stopwords is STOPWORDS:
             tokens.extend(_word_tokens(word))  # words repeat: the common case is cached
         else:
-            tokens.extend(t for t in _split_word(word) if t not in stopwords)
+            tokens.extend(
+                t for w in _nfkc_words(word) for t in _split_word(w) if t not in stopwords
+            )
     return tokens
 
 
 @lru_cache(maxsize=65536)
 def _word_tokens(word: str) -> tuple[str, ...]:
-    return tuple(t for t in _split_word(word) if t not in STOPWORDS)
+    return tuple(t for w in _nfkc_words(word) for t in _split_word(w) if t not in STOPWORDS)
+
+
+def _nfkc_words(word: str) -> list[str]:
+    """``word`` in NFKC form, as words again (``"ＰＤＦ"`` -> ``["PDF"]``; a form may split)."""
+    if word.isascii() or unicodedata.is_normalized("NFKC", word):
+        return [word]
+    return _words(unicodedata.normalize("NFKC", word))
 
 
 def _split_word(word: str) -> list[str]:
@@ -174,8 +202,25 @@ def _tool_parts(tool: Tool, schema_depth: int) -> Iterator[str]:
 
 
 def schema_text(schema: Mapping[str, Any], *, depth: int) -> Iterator[str]:
-    """Parameter names (split) and descriptions of a JSON Schema, breadth-limited by depth."""
-    if depth <= 0 or not isinstance(schema, Mapping):
+    """Parameter names (split) and descriptions of a JSON Schema, breadth-limited by depth.
+
+    Local ``$ref`` s (``#/$defs/...``, ``#/definitions/...``: pydantic's and OpenAPI's models)
+    are followed, each once, and ``anyOf``/``oneOf``/``allOf`` members read as the schema
+    itself; a remote or missing reference reads as nothing.
+    """
+    return _schema_parts(schema, depth, schema, set())
+
+
+_UNIONS = ("anyOf", "oneOf", "allOf")
+
+
+def _schema_parts(
+    schema: object, depth: int, root: Mapping[str, Any], seen: set[str]
+) -> Iterator[str]:
+    if depth <= 0:
+        return
+    schema = _referenced(schema, root, seen)
+    if not isinstance(schema, Mapping):
         return
     properties = schema.get("properties")
     if isinstance(properties, Mapping):
@@ -185,10 +230,32 @@ def schema_text(schema: Mapping[str, Any], *, depth: int) -> Iterator[str]:
                 description = spec.get("description")
                 if isinstance(description, str) and description:
                     yield description
-                yield from schema_text(spec, depth=depth - 1)
+                yield from _schema_parts(spec, depth - 1, root, seen)
     items = schema.get("items")
     if isinstance(items, Mapping):
-        yield from schema_text(items, depth=depth - 1)
+        yield from _schema_parts(items, depth - 1, root, seen)
+    for key in _UNIONS:
+        members = schema.get(key)
+        if isinstance(members, list):
+            for member in members:
+                yield from _schema_parts(member, depth, root, seen)
+
+
+def _referenced(schema: object, root: Mapping[str, Any], seen: set[str]) -> object:
+    """The schema a local ``$ref`` points to (a JSON pointer into ``root``); ``None`` for a
+    reference followed already (a recursive model, or one used twice: its text is in once),
+    remote or missing. Any other schema is itself."""
+    ref = schema.get("$ref") if isinstance(schema, Mapping) else None
+    if not isinstance(ref, str):
+        return schema
+    if ref in seen or not ref.startswith("#/"):
+        return None
+    seen.add(ref)
+    target: object = root
+    for part in ref[2:].split("/"):
+        key = part.replace("~1", "/").replace("~0", "~")
+        target = target.get(key) if isinstance(target, Mapping) else None
+    return target
 
 
 def embedding_text(tool: Tool, extra: str = "") -> str:

@@ -76,6 +76,22 @@ def test_select_json_keyword(tools_file: Path, capsys: pytest.CaptureFixture[str
     assert lines[0]["outcome"] == "applied"
 
 
+def test_select_text_output_escapes_control_characters_in_tool_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A tool file comes from MCP servers one may not trust: a name holding a terminal escape
+    # sequence or a right-to-left override must not rewrite what the terminal shows.
+    tools = tmp_path / "tools.json"
+    evil = "weather\x1b[2J\x1b[31mRED\u202egnp.exe\x07"
+    tools.write_text(json.dumps([{"name": evil, "description": "Weather", "server": "w\x1b]0;x"}]))
+    args = ["select", "--tools", str(tools), "--embedder", "none", "--explain", "weather"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert not {"\x1b", "\x07", "\u202e"} & set(out)
+    assert "weather\\x1b[2J\\x1b[31mRED\\u202egnp.exe\\x07" in out
+    assert "[w\\x1b]0;x]" in out
+
+
 def test_select_text_output_names_tools(
     tools_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -217,6 +217,9 @@ def test_client_configs_are_read_unchanged(tmp_path: Path) -> None:
     vscode = read_mcp_config({"servers": {"t": {"type": "stdio", "command": "uvx"}}})
     assert vscode[0].transport == "stdio"
     assert read_mcp_config(os.fspath(claude)) == (time_server, remote)
+    # Saved by a Windows editor: a byte order mark and CRLF line ends.
+    claude.write_bytes(claude.read_text().replace(", ", ",\r\n").encode("utf-8-sig"))
+    assert read_mcp_config(claude) == (time_server, remote)
     assert isinstance(Catalog([]), Catalog)
 
 

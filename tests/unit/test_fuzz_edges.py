@@ -356,6 +356,10 @@ def test_deeply_nested_definitions_are_catalog_errors(depth: int, tmp_path: Path
     deep = [{"name": "x", "parameters": nested_schema(depth)}]
     with pytest.raises(CatalogError, match=r"tool 0 \('x'\): the schema is nested too deeply"):
         Catalog.from_data(deep)
+    with pytest.raises(CatalogError, match=r"field 'inputSchema' nests .* more than 200 levels"):
+        Catalog.from_mcp({"tools": [{"name": "x", "inputSchema": nested_schema(depth)}]})
+    with pytest.raises(CatalogError, match=r"field 'annotations' nests"):
+        Catalog.from_mcp({"tools": [{"name": "x", "annotations": nested_schema(depth)}]})
     with pytest.raises(CatalogError, match="nested too deeply"):
         dedupe_tools(deep)
     with pytest.raises(CatalogError, match=r"tool 0: field 'name' must be a non-empty string"):

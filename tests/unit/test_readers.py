@@ -214,6 +214,17 @@ def test_gemini_list_of_tool_objects_is_flattened_in_order() -> None:
     assert_weather_and_email(Catalog.from_gemini(data))
 
 
+def test_gemini_request_tools_are_unwrapped_as_they_are_detected() -> None:
+    # A generateContent request (or its config) holds its Tool objects under "tools".
+    first, second = gemini_declarations()
+    request = {"contents": [], "tools": [{"functionDeclarations": [first, second]}]}
+    assert_weather_and_email(Catalog.from_gemini(request))
+    assert_weather_and_email(Catalog.from_data(request))
+    hosted = {"tools": [{"functionDeclarations": [first]}, {"googleSearch": {}}]}
+    with pytest.raises(CatalogError, match=r"tool 1: .*got 'googleSearch'"):
+        Catalog.from_data(hosted)
+
+
 def test_gemini_bare_declarations_are_read() -> None:
     assert_weather_and_email(Catalog.from_gemini(gemini_declarations()))
 
@@ -268,14 +279,64 @@ def test_mcp_servers_qualify_only_clashing_names() -> None:
     assert catalog.servers[0].tool_ids == ("send", "mail__search")
 
 
+def test_a_tool_without_a_server_keeps_its_name_beside_a_server_tool_of_that_name() -> None:
+    # An OpenAI Responses request may hold a top-level function and a namespace's function
+    # of one name: two tools the model tells apart, so both are read.
+    tools = [
+        {"type": "function", "name": "search", "description": "Search my notes"},
+        {"type": "namespace", "name": "web", "tools": [{"type": "function", "name": "search"}]},
+    ]
+    assert Catalog.from_openai(tools).ids == ("search", "web__search")
+    plain = [{"name": "search"}, {"name": "search", "server": "web"}]
+    assert Catalog.from_plain(plain).ids == ("search", "web__search")
+    with pytest.raises(CatalogError, match="duplicate tool id 'search'"):
+        Catalog.from_plain([{"name": "search"}, {"name": "search"}])
+
+
 def test_mcp_servers_without_clash_keep_plain_names() -> None:
     catalog = Catalog.from_mcp_servers({"a": {"tools": [{"name": "x"}]}, "b": [{"name": "y"}]})
     assert catalog.ids == ("x", "y")
 
 
+@pytest.mark.parametrize("server", [5, "", ["github"]])
+def test_a_server_argument_that_is_not_a_name_is_a_catalog_error(server: Any) -> None:
+    with pytest.raises(CatalogError, match=r"server must be a non-empty string or None, got"):
+        Catalog.from_mcp({"tools": [{"name": "a"}]}, server=server)
+    with pytest.raises(CatalogError, match=r"server must be a non-empty string or None, got"):
+        Catalog.from_tools([{"name": "a"}], server=server)
+
+
+def test_mcp_servers_refuse_an_empty_server_name() -> None:
+    with pytest.raises(CatalogError, match=r"server names must be non-empty, got ''"):
+        Catalog.from_mcp_servers({"": {"tools": [{"name": "a"}]}})
+
+
 def test_mcp_servers_rejects_a_non_mapping() -> None:
     with pytest.raises(CatalogError, match="mapping of server name"):
         Catalog.from_mcp_servers([{"tools": []}])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        ({"tools": [{"name": "b"}, {"name": 5}]}, r"server 'slack': tool 1: field 'name'"),
+        (None, r"server 'slack': expected a list of tools, got nothing"),
+        ({"result": {}}, r"server 'slack': expected an MCP tools/list result"),
+    ],
+)
+def test_mcp_servers_name_the_server_of_a_bad_listing(result: object, message: str) -> None:
+    servers = {"github": {"tools": [{"name": "a"}, {"name": "b"}]}, "slack": result}
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_mcp_servers(servers)
+
+
+def test_a_duplicate_id_names_the_servers_of_both_tools() -> None:
+    servers = {"github": {"tools": [{"name": "a"}]}, "slack": {"tools": [{"name": "b"}] * 2}}
+    message = r"duplicate tool id 'b': tool 1 \(server 'slack'\) and tool 2 \(server 'slack'\)"
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_mcp_servers(servers)
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_data({"servers": [{"name": n, **r} for n, r in servers.items()]})
 
 
 def test_servers_file_form_keeps_server_descriptions_and_qualifies_clashes() -> None:
@@ -310,6 +371,33 @@ def test_plain_mapping_of_name_to_spec_is_read() -> None:
 def test_plain_tool_keeps_its_explicit_id_and_server() -> None:
     catalog = Catalog.from_plain([{"id": "w1", "name": "weather", "server": "wx"}])
     assert catalog["w1"] == Tool(id="w1", name="weather", server="wx")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"mcpServers": {"time": {"command": "uvx"}}}, r"an MCP client config.*toolroute mcp"),
+        ({"servers": {"time": {"type": "stdio", "command": "uvx"}}}, r"an MCP client config"),
+        ({"openapi": "3.1.0", "info": {}, "paths": {}}, r"an OpenAPI document"),
+        ({"name": "get_weather", "description": "Weather"}, r"a single tool definition.*list"),
+        ({"type": "function", "function": {"name": "a"}}, r"a single tool definition"),
+    ],
+)
+def test_a_document_that_is_not_a_catalogue_is_named_not_read_as_tools(
+    tmp_path: Path, data: object, message: str
+) -> None:
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_data(data)
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(CatalogError, match=message):
+        Catalog.from_file(path)
+
+
+def test_tools_named_like_those_documents_keys_are_still_read() -> None:
+    spec = {"description": "List the servers"}
+    data = {"servers": spec, "function": spec, "openapi": spec, "type": spec, "name": spec}
+    assert Catalog.from_data(data).ids == ("servers", "function", "openapi", "type", "name")
 
 
 def test_plain_mapping_entry_not_an_object_is_rejected_naming_the_tool() -> None:
@@ -488,6 +576,26 @@ def test_not_utf8_is_a_catalog_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.json"
     path.write_bytes(b'[{"name": "caf\xe9"}]')
     with pytest.raises(CatalogError, match="not UTF-8"):
+        Catalog.from_file(path)
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(tmp_path: Path) -> None:
+    # Windows editors (Notepad, PowerShell 5's Out-File -Encoding utf8) start UTF-8 files
+    # with a byte order mark; RFC 8259 lets a reader ignore it, and every reader of the
+    # catalogue's JSON does.
+    path = tmp_path / "tools.json"
+    text = '[\r\n  {"name": "get_weather", "description": "Wetter f\u00fcr eine Stadt"}\r\n]\r\n'
+    path.write_bytes(text.encode("utf-8-sig"))
+    assert Catalog.from_file(path)["get_weather"].description == "Wetter f\u00fcr eine Stadt"
+    queries = tmp_path / "queries.json"
+    queries.write_bytes('[{"query": "Wetter", "expected": "get_weather"}]'.encode("utf-8-sig"))
+    assert load_queries(queries)[0].text == "Wetter"
+
+
+def test_a_yaml_file_is_said_to_be_one(tmp_path: Path) -> None:
+    path = tmp_path / "tools.yaml"
+    path.write_text("- name: get_weather\n  description: Weather\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match=r"not valid JSON: .*; YAML is not read: convert"):
         Catalog.from_file(path)
 
 

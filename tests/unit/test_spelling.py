@@ -64,6 +64,14 @@ def test_what_is_not_a_typo_of_a_catalogue_word_is_left_as_written(written: str)
     assert spelled(written) is written
 
 
+def test_a_decomposed_accent_does_not_leave_an_ascii_word_to_correct() -> None:
+    # "stocké" written with a combining accent (as macOS file names and some pastes are) is
+    # the same word as the composed one: not the ASCII "stocke" one edit from "stock".
+    decomposed = "cours stocke\u0301 hier"
+    assert spelled(decomposed) is decomposed
+    assert spelled("cours stocké hier") == "cours stocké hier"
+
+
 def test_informal_words_are_not_read_as_other_words() -> None:
     chat = spelling("post a chat message", "count the tics", "ace of spades")
     assert chat("whats new") == "whats new"  # "what" with an s: English, not "chats"

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from toolroute import Tool
+from toolroute import Catalog, Tool, ToolIndex
 from toolroute._core.text import (
     KEYWORD_TEXT_CHARS,
     MODEL_TEXT_CHARS,
@@ -84,6 +84,33 @@ def test_tokenize_splits_acronyms_and_folds_their_case() -> None:
 def test_tokenize_keeps_unicode_letters() -> None:
     assert tokenize("café crème") == ["café", "crème"]
     assert tokenize("Zürich Straße") == ["zürich", "straße"]
+
+
+def test_tokenize_keeps_combining_marks_inside_their_word() -> None:
+    # Devanagari vowel signs, Arabic harakat and a decomposed accent are marks, not letters:
+    # a word must not break into fragments at each one.
+    assert tokenize("मौसम का पूर्वानुमान") == ["मौसम", "का", "पूर्वानुमान"]
+    assert tokenize("الطَّقْس") == ["الطَّقْس"]
+    assert split_identifier("मौसम_पूर्वानुमान") == ["मौसम", "पूर्वानुमान"]
+
+
+def test_tokenize_reads_decomposed_and_full_width_text_as_its_usual_form() -> None:
+    # NFKC: "e" + U+0301 (macOS file names, some pasted text) is "é"; full-width letters and
+    # half-width katakana (typed with Japanese input methods) are the ordinary ones.
+    assert tokenize("e\u0301te\u0301 cafe\u0301") == tokenize("été café") == ["été", "café"]
+    assert tokenize("ＰＤＦを読む") == tokenize("PDFを読む")
+    assert tokenize("ﾌｧｲﾙ") == tokenize("ファイル")
+
+
+def test_a_devanagari_request_finds_its_tool_by_keyword() -> None:
+    catalog = Catalog.from_plain(
+        [
+            {"name": "send_email", "description": "किसी को ईमेल भेजें"},
+            {"name": "get_weather", "description": "शहर के मौसम का पूर्वानुमान"},
+        ]
+    )
+    index = ToolIndex(catalog, embedder=None, cache=None)
+    assert index.select("कल दिल्ली में मौसम कैसा रहेगा").tool_ids == ("get_weather",)
 
 
 def test_tokenize_splits_cjk_into_characters() -> None:
@@ -198,6 +225,36 @@ def test_tool_text_includes_nested_parameters_up_to_the_depth() -> None:
     for level in range(1, 5):
         assert f"field{level} Name" in text
         assert f"about level {level}" in text
+
+
+def test_tool_text_reads_parameters_behind_local_refs_and_unions() -> None:
+    # What pydantic (FastMCP, OpenAPI generators) emits: models under $defs (or OpenAPI's
+    # definitions), reached by $ref, optional ones through anyOf with null.
+    parameters = {
+        "$defs": {
+            "Ticket": {
+                "type": "object",
+                "properties": {
+                    "priority": {"type": "string", "description": "Urgency of the request"},
+                    "parent": {"$ref": "#/$defs/Ticket"},  # recursive
+                },
+            },
+            "Owner": {"type": "object", "properties": {"teamName": {"type": "string"}}},
+        },
+        "definitions": {"Tag": {"type": "object", "properties": {"colour": {"type": "string"}}}},
+        "type": "object",
+        "properties": {
+            "ticket": {"$ref": "#/$defs/Ticket"},
+            "owner": {"anyOf": [{"$ref": "#/$defs/Owner"}, {"type": "null"}]},
+            "tags": {"type": "array", "items": {"allOf": [{"$ref": "#/definitions/Tag"}]}},
+            "missing": {"$ref": "#/$defs/Nowhere"},
+            "remote": {"$ref": "https://example.com/schema.json"},
+        },
+    }
+    lines = tool_text(Tool("t", "create_ticket", parameters=parameters)).split("\n")
+    for line in ("priority", "Urgency of the request", "team Name", "colour", "missing"):
+        assert line in lines
+    assert lines.count("priority") <= 4  # the recursive ref ends at the depth bound
 
 
 def test_tool_text_stops_at_the_depth_bound() -> None:

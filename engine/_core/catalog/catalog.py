@@ -52,7 +52,8 @@ class Catalog:
             first = by_id.setdefault(tool.id, index)
             if first != index:
                 raise CatalogError(
-                    f"duplicate tool id {tool.id!r}: tool {first} and tool {index} share it"
+                    f"duplicate tool id {tool.id!r}: tool {first}{_on(tools[first])} and tool"
+                    f" {index}{_on(tool)} share it"
                 )
         descriptions = server_descriptions or {}
         members: dict[str, list[str]] = {}
@@ -129,7 +130,8 @@ class Catalog:
 
     @classmethod
     def from_gemini(cls, tools: object) -> Catalog:
-        """Gemini ``function_declarations`` (a Tool object, a list of them, or the bare list).
+        """Gemini ``function_declarations`` (a Tool object, a list of them, a request's
+        ``{"tools": [...]}``, or the bare list).
         A tool Gemini runs itself (``{"googleSearch": {}}`` …) is a ``CatalogError``: leave
         it out and send it always."""
         return cls.from_data(tools, format="gemini")
@@ -137,7 +139,8 @@ class Catalog:
     @classmethod
     def from_mcp(cls, result: object, *, server: str | None = None) -> Catalog:
         """An MCP ``tools/list`` result (or the JSON-RPC response holding one), as JSON or as
-        the MCP SDK's ``ListToolsResult`` (or a list of its ``Tool`` objects)."""
+        the MCP SDK's ``ListToolsResult`` (or a list of its ``Tool`` objects); ``server``,
+        when given, is a non-empty string (else a ``CatalogError``)."""
         return cls._built(readers.read_mcp(result, server=server))
 
     @classmethod
@@ -169,7 +172,8 @@ class Catalog:
         Raises:
             CatalogError: an object of no known shape (naming its index and type), a
                 malformed definition, a function whose name is not a tool name (a lambda:
-                define it with ``def``, or set its ``__name__``), or two tools sharing an id.
+                define it with ``def``, or set its ``__name__``), two tools sharing an id, or
+                a ``server`` that is not a non-empty string.
         """
         return cls(framework_tools.read_tools(tools, server=server))
 
@@ -196,3 +200,8 @@ class Catalog:
     @classmethod
     def _built(cls, read: readers.ReadTools) -> Catalog:
         return cls(read.tools, server_descriptions=read.server_descriptions)
+
+
+def _on(tool: Tool) -> str:
+    """Where a duplicate is, beyond its index: its server, when it has one."""
+    return "" if tool.server is None else f" (server {tool.server!r})"

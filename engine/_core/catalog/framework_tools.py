@@ -38,6 +38,7 @@ def read_tools(tools: Iterable[object], *, server: str | None = None) -> list[To
     """
     if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
         raise CatalogError(f"expected a list of tools ({EXPECTED}), got {type(tools).__name__}")
+    readers.check_server(server)
     read: list[Tool] = []
     for index, tool in enumerate(tools):
         members = readers.namespace_members(index, tool)

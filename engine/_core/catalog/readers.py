@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import attrs
 
-from ..errors import CatalogError, ConfigError
+from ..errors import CatalogError, ConfigError, given
 from .tool import QUALIFIER, Tool, example_tuple
 
 FORMATS = ("openai", "anthropic", "gemini", "mcp", "mcp-servers", "plain")
@@ -88,7 +88,18 @@ def _detect_item_format(items: Sequence[object]) -> str | None:
 
 
 def read_mcp(result: object, *, server: str | None = None) -> ReadTools:
+    check_server(server)
     return ReadTools(_read_items(_mcp_tools(result), _mcp_item, server=server))
+
+
+def check_server(server: object) -> None:
+    """A ``server`` argument is a server's name or ``None``.
+
+    Raises:
+        CatalogError: anything else (an empty string, a number, a list).
+    """
+    if server is not None and (not isinstance(server, str) or not server):
+        raise CatalogError(f"server must be a non-empty string or None, got {given(server)}")
 
 
 def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
@@ -98,7 +109,12 @@ def read_mcp_servers(servers: Mapping[str, object]) -> ReadTools:
         )
     tools: list[Tool] = []
     for name, result in servers.items():
-        tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
+        if not str(name):
+            raise CatalogError("server names must be non-empty, got ''")
+        try:
+            tools.extend(_read_items(_mcp_tools(result), _mcp_item, server=str(name)))
+        except CatalogError as exc:
+            raise CatalogError(f"server {str(name)!r}: {exc}") from None
     return ReadTools(_qualify_clashes(tools))
 
 
@@ -134,6 +150,7 @@ def _read_plain(data: object) -> ReadTools:
         if isinstance(data.get("tools"), list):
             data = data["tools"]
         else:
+            _refuse_other_documents(data)
             items = []
             for name, spec in data.items():
                 if not isinstance(spec, Mapping):
@@ -143,6 +160,41 @@ def _read_plain(data: object) -> ReadTools:
     if not isinstance(data, list):
         raise CatalogError(f"expected a list of tools, got {_describe(data)}")
     return ReadTools(_qualify_clashes(_read_items(data, _plain_item)))
+
+
+def _refuse_other_documents(data: Mapping[str, Any]) -> None:
+    """An object that would read as ``{name: spec}`` but is another document: a clear error,
+    not a catalogue of its top-level keys.
+
+    Raises:
+        CatalogError: an MCP client config, an OpenAPI document or one tool definition.
+    """
+    if isinstance(data.get("mcpServers"), Mapping) or _server_configs(data.get("servers")):
+        raise CatalogError(
+            "expected tool definitions, got an MCP client config ('mcpServers' or 'servers'"
+            " naming commands to start): serve it with `toolroute mcp --config FILE`, or read"
+            " each server's tools/list result with Catalog.from_mcp_servers"
+        )
+    if isinstance(data.get("openapi"), str) or isinstance(data.get("swagger"), str):
+        raise CatalogError(
+            "expected tool definitions, got an OpenAPI document: write each operation the"
+            " agent may call as a function definition ({name, description, parameters})"
+        )
+    if isinstance(data.get("name"), str) or data.get("type") == "function":
+        raise CatalogError(
+            f"expected a list of tool definitions, got a single tool definition"
+            f" ({_describe(data)}): put it in a list"
+        )
+
+
+def _server_configs(value: object) -> bool:
+    """Whether ``value`` maps names to MCP server configs (each a ``command`` or a ``url``),
+    as VS Code's ``servers`` does (a tool named "servers" maps to its own spec)."""
+    return (
+        isinstance(value, Mapping)
+        and bool(value)
+        and all(isinstance(v, Mapping) and ("command" in v or "url" in v) for v in value.values())
+    )
 
 
 def read_item(index: int, item: object, *, server: str | None = None) -> Tool:
@@ -218,24 +270,25 @@ def dumped(value: object) -> Mapping[str, Any] | None:
 
 
 def qualify_clashes(tools: list[Tool]) -> list[Tool]:
-    """Give tools whose name occurs on several servers the id ``server__name``."""
+    """Give tools whose name occurs on several servers the id ``server__name`` (a tool
+    without a server keeps its name)."""
     return _qualify_clashes(tools)
 
 
 def _qualify_clashes(tools: list[Tool]) -> list[Tool]:
-    """Give tools whose name occurs on several servers the id ``server__name``."""
+    """Give tools whose name occurs on several servers the id ``server__name`` (a tool
+    without a server keeps its name; two of them sharing one are left to clash)."""
     servers_by_name: dict[str, set[str | None]] = {}
     for tool in tools:
         servers_by_name.setdefault(tool.id, set()).add(tool.server)
-    clashing = {
-        name
-        for name, servers in servers_by_name.items()
-        if len(servers) > 1 and None not in servers
-    }
+    clashing = {name for name, servers in servers_by_name.items() if len(servers) > 1}
     if not clashing:
         return tools
     return [
-        attrs.evolve(t, id=f"{t.server}{QUALIFIER}{t.id}") if t.id in clashing else t for t in tools
+        attrs.evolve(t, id=f"{t.server}{QUALIFIER}{t.id}")
+        if t.id in clashing and t.server is not None
+        else t
+        for t in tools
     ]
 
 
@@ -334,9 +387,10 @@ def _build(
             f"{where}: field 'description' must be a string, got {_describe(description)}"
         )
     parameters: object = {}
+    parameters_field = "parameters"
     for key in parameter_keys:
         if key in item:
-            parameters = item[key]
+            parameters, parameters_field = item[key], key
             if parameters is None:
                 parameters = {}
             elif not isinstance(parameters, Mapping):
@@ -358,10 +412,16 @@ def _build(
             raise CatalogError(
                 f"{where}: field 'server' must be a non-empty string, got {_describe(server)}"
             )
-    try:
-        schema, notes = _copy_json(parameters), _copy_json(annotations)
-    except RecursionError:  # a caller's schema nested hundreds deep
-        raise CatalogError(f"{where}: the schema is nested too deeply to read") from None
+    field = parameters_field
+    try:  # a caller's schema nested hundreds deep: a RecursionError
+        schema = _copy_json(parameters)
+        field = "annotations"
+        notes = _copy_json(annotations)
+    except RecursionError:
+        raise CatalogError(
+            f"{where}: the schema is nested too deeply to read: field {field!r} nests objects"
+            f" and arrays more than {MAX_NESTING} levels deep"
+        ) from None
     return Tool(
         id=tool_id,
         name=name,
@@ -422,7 +482,10 @@ def _mcp_tools(result: object) -> object:
 
 
 def _gemini_declarations(data: object) -> list[object]:
-    """Flatten Tool objects (``{"function_declarations": [...]}``) into their declarations."""
+    """Flatten Tool objects (``{"function_declarations": [...]}``) into their declarations;
+    a request's ``{"tools": [...]}`` holds a list of them."""
+    if isinstance(data, Mapping) and isinstance(data.get("tools"), list):
+        data = data["tools"]
     containers: list[object] = data if isinstance(data, list) else [data]
     declarations: list[object] = []
     for container in containers:

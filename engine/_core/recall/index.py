@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from ..catalog.catalog import Catalog
 from ..errors import ConfigError
+from ..outcome import Outcome
 from ..protocols import Embedder
 from ..select.access import ToolAccess, recall_depth, request_access
 from ..select.arguments import query_text
@@ -228,7 +229,11 @@ class RecallIndex:
             baseline = 0.0
         elif plan.vector is None:
             scores = self.keyword.bm25(tokenize(query))
-            picked = top_k(scores, k, floor=0.0)
+            # Keyword recall chosen shows only what matched; keyword recall fallen back to
+            # (the model failed) ranks the rest after the matches, in catalogue order, so a
+            # request sharing no word with the catalogue is not left with no tools.
+            fallback = plan.verdict.outcome is not Outcome.APPLIED
+            picked = top_k(scores, k, floor=-np.inf if fallback else 0.0)
             picked_scores, baseline = scores[picked], 0.0
         else:
             picked, picked_scores, baseline = self._scored(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from functools import lru_cache
 from importlib import resources
 
@@ -54,6 +55,8 @@ def corrected(request: str, keywords: KeywordIndex) -> str:
     """``request`` with its misspelled words corrected toward the words of ``keywords`` (the
     same string when none is)."""
     head, tail = request[:KEYWORD_TEXT_CHARS], request[KEYWORD_TEXT_CHARS:]
+    if not head.isascii():  # a decomposed accent is part of its word, not an ASCII word's end
+        head = unicodedata.normalize("NFC", head)
     lookups = 0
 
     def fix(match: re.Match[str]) -> str:

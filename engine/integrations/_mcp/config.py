@@ -85,7 +85,7 @@ def _load(source: object) -> object:
     ):
         path = os.fspath(source)
         try:
-            with open(path, encoding="utf-8") as file:
+            with open(path, encoding="utf-8-sig") as file:  # a BOM, as Windows editors write
                 text = file.read()
         except OSError as exc:
             raise ConfigError(f"cannot read the MCP config {path!r}: {exc.strerror}") from None

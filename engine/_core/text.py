@@ -97,6 +97,12 @@ def _marked_word() -> re.Pattern[str]:
     return re.compile(f"[^\\W_]+(?:[{marks}]+[^\\W_]*)*")
 
 
+def has_words(text: str) -> bool:
+    """Whether ``text`` holds a word (a letter or digit of any script): a request of
+    punctuation, symbols or emoji alone names no tool, so there is nothing to rank it by."""
+    return _WORD.search(text) is not None
+
+
 def split_identifier(name: str) -> list[str]:
     """``"getHTTPResponse_v2"`` -> ``["get", "HTTP", "Response", "v2"]`` (case kept).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -95,6 +97,25 @@ def test_an_empty_request_is_skipped_with_the_strategy_asked() -> None:
     assert not plan.ranks
 
 
+@pytest.mark.parametrize("query", ["?!", "👍", "🔥 🔥", "...", "— ✓ —"])
+def test_a_request_without_a_word_is_skipped_and_never_embedded(query: str) -> None:
+    plan = plan_recall(
+        query, Strategy.COMBINED, RequestVector.full(VECTOR), tool_vectors=HAS_VECTORS
+    )
+    assert plan.verdict == Verdict(Outcome.SKIPPED, "no words in the query")
+    assert not plan.ranks
+    assert not needs_request_vector(query, Strategy.COMBINED, tool_vectors=HAS_VECTORS)
+
+
+@pytest.mark.parametrize("query", ["42", "天気", "é!", "👍 ok", "مرحبا"])
+def test_one_letter_or_digit_of_any_script_is_a_word_to_rank_by(query: str) -> None:
+    plan = plan_recall(
+        query, Strategy.COMBINED, RequestVector.full(VECTOR), tool_vectors=HAS_VECTORS
+    )
+    assert plan.verdict.outcome is Outcome.APPLIED
+    assert needs_request_vector(query, Strategy.COMBINED, tool_vectors=HAS_VECTORS)
+
+
 def test_keyword_recall_is_applied_whatever_the_embedder_did() -> None:
     missing = RequestVector.missing("embedder failed on the query: boom")
     plan = plan_recall("email", Strategy.KEYWORD, missing, tool_vectors=NO_VECTORS)
@@ -176,7 +197,10 @@ def test_every_plan_reads_its_outcome_from_the_verdict_never_from_an_empty_reaso
     if plan.verdict.outcome is Outcome.APPLIED and strategy is not Strategy.KEYWORD:
         assert plan.vector is not None
     assert needs_request_vector(query, strategy, tool_vectors=tools) == (
-        bool(query.strip()) and strategy is not Strategy.KEYWORD and tools == HAS_VECTORS
+        # a word: a letter or digit of any script
+        re.search(r"[^\W_]", query) is not None
+        and strategy is not Strategy.KEYWORD
+        and tools == HAS_VECTORS
     )
 
 

@@ -50,6 +50,22 @@ def test_no_request_text_and_nothing_to_add_shows_every_tool() -> None:
     assert pick.tool_ids is None
 
 
+def test_a_request_without_a_word_is_treated_as_no_request_text() -> None:
+    pick = step_without_ranking(StepInput(query=" 👍 ", page=0), TOOLS, all_tools_ceiling=100)
+    assert pick is not None
+    assert (pick.tool_ids, pick.query, pick.outcome, pick.reason) == (
+        None,
+        "👍",
+        Outcome.SKIPPED,
+        "no words in the request",
+    )
+    pinned = step_without_ranking(
+        StepInput(query="?!", page=0, always=("tool_0",)), TOOLS, all_tools_ceiling=100
+    )
+    assert pinned is not None
+    assert pinned.tool_ids == ("tool_0",)
+
+
 def test_two_idle_steps_show_every_tool_within_the_ceiling() -> None:
     step = StepInput(query="book", page=2)
     assert step_without_ranking(step, TOOLS, all_tools_ceiling=12).tool_ids is None  # type: ignore[union-attr]

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ..errors import ConfigError
 from ..outcome import Outcome
 from ..recall.fusion import FAST_TIER, FULL_TIER, FusionWeights
+from ..text import has_words
 from .explain import Tier
 from .policy import Policy
 from .selection import Ranking, Strategy, anchor_scores, strategy_named, threshold_applies
@@ -186,13 +187,14 @@ def plan_recall(
             (``needs_request_vector`` said no).
         tool_vectors: whether the index has tool vectors (``applied``), or why not.
 
-    An empty request is ``skipped``; ``keyword`` is ``applied`` whatever the embedder did;
+    An empty request, or one without a word (``"?!"``, emoji alone), is ``skipped``;
+    ``keyword`` is ``applied`` whatever the embedder did;
     ``semantic``/``combined`` without a request vector or without tool vectors rank by
     keyword only, ``degraded`` with the reason; otherwise the request vector's verdict (a
     step-down vector ranks, but the answer is degraded).
     """
-    if not query.strip():
-        return _SKIPPED[strategy]
+    if not has_words(query):
+        return (_SKIPPED if not query.strip() else _WORDLESS)[strategy]
     if strategy is Strategy.KEYWORD:
         return _KEYWORD
     if request is None:
@@ -216,6 +218,10 @@ def plan_recall(
 _SKIPPED: Final = {
     s: RecallPlan(strategy=s, verdict=Verdict(Outcome.SKIPPED, "empty query")) for s in Strategy
 }
+_WORDLESS: Final = {
+    s: RecallPlan(strategy=s, verdict=Verdict(Outcome.SKIPPED, "no words in the query"))
+    for s in Strategy
+}
 _KEYWORD: Final = RecallPlan(strategy=Strategy.KEYWORD, verdict=APPLIED)
 _UNSOUGHT: Final = Verdict.degraded("no request vector")
 
@@ -223,7 +229,7 @@ _UNSOUGHT: Final = Verdict.degraded("no request vector")
 def needs_request_vector(query: str, strategy: Strategy, *, tool_vectors: Verdict) -> bool:
     """Whether ranking ``query`` would use a request vector (so it is worth embedding)."""
     return (
-        bool(query.strip())
+        has_words(query)
         and strategy is not Strategy.KEYWORD
         and tool_vectors.outcome is Outcome.APPLIED
     )
@@ -367,7 +373,7 @@ def plan_select(
     policy.check_ids(catalogue)
     # max_tools 0 still ranks a few: anchors may activate tool sets with no ranked pick.
     wanted = overfetched(max(policy.max_tools, 1), tool_sets=bool(policy.tool_sets))
-    rerank = can_rerank and bool(query.strip())
+    rerank = can_rerank and has_words(query)
     if rerank:
         wanted = max(wanted, rerank_pool_size(policy.max_tools, catalogue_size))
     return SelectPlan(strategy=strategy, policy=policy, wanted=wanted, rerank=rerank)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..outcome import Outcome
+from ..text import has_words
 from .access import OPEN, ToolAccess, recall_depth
 from .explain import ExplainRequest, Explanation, unranked_explanations
 from .plan import anchored_sets, overfetched
@@ -83,11 +84,11 @@ def step_without_ranking(
 ) -> StepPick | None:
     """What the step shows when it needs no ranking, else ``None``.
 
-    No request text: the always-active tools, the tools found by search and the forced sets'
-    members (``skipped``). Two idle steps on a catalogue within ``all_tools_ceiling``: every
-    tool (``None``, or every tool routing kept).
+    No request text, or none with a word in it: the always-active tools, the tools found by
+    search and the forced sets' members (``skipped``). Two idle steps on a catalogue within
+    ``all_tools_ceiling``: every tool (``None``, or every tool routing kept).
     """
-    if not step.query.strip():
+    if not has_words(step.query):
         members = tuple(m for s in step.sets if s.name in step.forced for m in s.members)
         shown = step.access.only(dict.fromkeys((*step.always, *step.found, *members)))
         explained: tuple[Explanation, ...] = ()
@@ -107,10 +108,10 @@ def step_without_ranking(
         every = step.access.only(catalog.ids) if step.access.restricts else None
         return StepPick(
             tool_ids=shown or every,
-            query="",
+            query=step.query.strip(),
             page=step.page,
             outcome=Outcome.SKIPPED,
-            reason="no request text",
+            reason="no words in the request" if step.query.strip() else "no request text",
             active_sets=step.forced,
             explanations=explained,
         )

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from toolroute import Catalog, CatalogError, ConfigError, Server, Tool
 from toolroute._core import files
 from toolroute._core.catalog.catalog import readers
+from toolroute._core.text import tool_text
 from toolroute.evaluate import load_queries
 
 WEATHER_SCHEMA: dict[str, Any] = {
@@ -248,6 +249,18 @@ def test_mcp_result_reads_input_schema_title_and_annotations() -> None:
     assert weather.server is None
     assert catalog["send_email"].title is None
     assert catalog["send_email"].annotations == {}
+
+
+def test_an_mcp_title_given_only_in_annotations_is_the_title() -> None:
+    tools = [
+        {"name": "q", "annotations": {"title": "Run SQL query", "readOnlyHint": True}},
+        {"name": "w", "title": "Write file", "annotations": {"title": "Old title"}},
+        {"name": "x", "annotations": {"title": 5}},
+    ]
+    catalog = Catalog.from_mcp({"tools": tools})
+    assert [t.title for t in catalog] == ["Run SQL query", "Write file", None]
+    assert catalog["q"].annotations == {"title": "Run SQL query", "readOnlyHint": True}
+    assert "Run SQL query" in tool_text(catalog["q"])
 
 
 def test_mcp_jsonrpc_response_is_unwrapped() -> None:

@@ -406,6 +406,8 @@ def _build(
     title = item.get("title")
     if title is not None and not isinstance(title, str):
         raise CatalogError(f"{where}: field 'title' must be a string, got {_describe(title)}")
+    if title is None and isinstance(annotations.get("title"), str):
+        title = annotations["title"]  # MCP 2025-03-26 put the display title in annotations
     if server is None:
         server = item.get("server")
         if server is not None and (not isinstance(server, str) or not server):

@@ -241,3 +241,34 @@ async def test_what_a_node_forgot_and_learned_while_cut_off_reaches_redis_in_ord
         assert list(fields.values()) == [{b"gamma"}]  # "other" has no tool left: no key
     finally:
         proxy.close()
+
+
+async def test_two_nodes_learning_one_tool_at_once_keep_both_nodes_evidence(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = [EngineConfig.from_mapping({"cache_dir": str(tmp_path / name)}) for name in ("a", "b")]
+    async with (
+        open_redis_stores(redis_server.url, config=config[0], node="a") as first,
+        open_redis_stores(redis_server.url, config=config[1], node="b") as second,
+    ):
+        await trio.to_thread.run_sync(first.learning.save, "m", "alpha", [example("base")])
+        for shared in (first, second):
+            await trio.to_thread.run_sync(shared.learning.load, "m")
+
+        async def learn(shared: RedisStores, name: str) -> None:
+            # As an engine does: its own book (what it loaded, and what it learned since),
+            # the whole of it saved after each learn.
+            book = [example("base")]
+            for i in range(10):
+                book.append(example(f"{name}{i}"))
+                await trio.to_thread.run_sync(shared.learning.save, "m", "alpha", list(book))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(learn, first, "a")
+            nursery.start_soon(learn, second, "b")
+        loaded = await trio.to_thread.run_sync(first.learning.load, "m")
+    wanted = {example(n).digest for n in ("base", *(f"{x}{i}" for x in "ab" for i in range(10)))}
+    assert {e.digest for e in loaded["alpha"]} == wanted
+    [value] = await stored_values(redis_server.url)
+    with np.load(io.BytesIO(value), allow_pickle=False) as data:
+        assert set(data["digests"].tolist()) == wanted

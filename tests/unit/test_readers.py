@@ -927,6 +927,17 @@ def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(
     assert str(refused.value).endswith("leave it out of the catalogue and send it on every step")
 
 
+@pytest.mark.parametrize("read", [Catalog.from_tools, Catalog.from_gemini, Catalog.from_data])
+@pytest.mark.parametrize("tool", [{}, {"title": "Weather"}, {"id": "weather", "tags": ["x"]}])
+def test_every_reader_tells_a_hosted_tool_from_a_nameless_definition_alike(
+    read: Any, tool: dict[str, Any]
+) -> None:
+    # Neither a string ``type`` nor a lone key holding an object: a definition without its
+    # name, whichever reader reads it (not a tool the vendor runs itself).
+    with pytest.raises(CatalogError, match="tool 0: field 'name' must be a non-empty string"):
+        read([tool])
+
+
 def test_a_definition_without_a_name_is_still_said_to_lack_one() -> None:
     with pytest.raises(CatalogError, match="tool 0: field 'name' must be a non-empty string"):
         Catalog.from_tools([{"description": "no name", "parameters": {"type": "object"}}])

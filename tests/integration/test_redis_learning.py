@@ -272,3 +272,37 @@ async def test_two_nodes_learning_one_tool_at_once_keep_both_nodes_evidence(
     [value] = await stored_values(redis_server.url)
     with np.load(io.BytesIO(value), allow_pickle=False) as data:
         assert set(data["digests"].tolist()) == wanted
+
+
+async def test_what_a_node_learned_while_cut_off_merges_with_what_another_learned_meanwhile(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    proxy = FaultProxy(redis_server.port)
+    try:
+        config = [EngineConfig.from_mapping({"cache_dir": str(tmp_path / n)}) for n in "ab"]
+        async with (
+            open_redis_stores(proxy.url, config=config[0], node="a", deadline_s=0.2) as cut,
+            open_redis_stores(redis_server.url, config=config[1], node="b") as other,
+        ):
+            base = [example("base"), example("old")]
+            await trio.to_thread.run_sync(cut.learning.save, "m", "alpha", base)
+            await trio.to_thread.run_sync(other.learning.load, "m")
+            proxy.drop()
+            with trio.fail_after(30):
+                while cut.statistics().up:
+                    await trio.to_thread.run_sync(cut.learning.load, "m")
+            # Cut off, "a" forgets "old" and learns "a1"; "b" learns "b1" meanwhile.
+            mine = [example("base"), example("a1")]
+            await trio.to_thread.run_sync(cut.learning.save, "m", "alpha", mine)
+            theirs = [*base, example("b1")]
+            await trio.to_thread.run_sync(other.learning.save, "m", "alpha", theirs)
+            proxy.heal()
+            with trio.fail_after(30):
+                while cut.learning.pending() or not cut.statistics().up:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        [value] = await stored_values(redis_server.url)
+        with np.load(io.BytesIO(value), allow_pickle=False) as data:
+            digests = set(data["digests"].tolist())
+        assert digests == {example(n).digest for n in ("base", "a1", "b1")}
+    finally:
+        proxy.close()

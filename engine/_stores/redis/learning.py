@@ -14,7 +14,8 @@ out when Redis returns. Two nodes saving one tool at once both keep their eviden
 writes only if the tool's record is still the one it read (a script compares them), else it
 reads again and merges: the entries others added since this node last knew the tool stay,
 under the bound, with this node's own (``merged``: past it the oldest learned entries go);
-what this node dropped on purpose (forgot, or bounded away) stays dropped.
+what this node dropped on purpose (forgot, or bounded away) stays dropped. A save that
+waits for Redis (down) is merged the same way when it goes out.
 
 Every write that reaches Redis is announced on ``<namespace>:learned`` (which node, the
 identity's hash, the tool ids or ``*``; never the evidence): the other attached nodes read
@@ -184,7 +185,6 @@ class RedisLearningStore:
         key = self._key(identity)
         with self._lock:
             known = self._known.get((identity, tool_id), frozenset())
-        self._knows(identity, tool_id, entries)
         mine = {e.digest for e in entries}
         kept = tuple(entries)
         for _ in range(SWAP_ROUNDS):
@@ -213,6 +213,8 @@ class RedisLearningStore:
             sent = self._link.call_from_thread("learning write", _hset(key, {tool_id: value}))
             if sent is UNAVAILABLE:
                 return UNAVAILABLE
+        # Known only once written: a save that waits for Redis merges from the same start.
+        self._knows(identity, tool_id, entries)
         if not _same(kept, entries):
             self._near.save(identity, tool_id, kept)
         return None
@@ -336,10 +338,15 @@ class RedisLearningStore:
             self._link.counters.writes_resynced += 1
             await self._link.call("learning notice", self._notice(identity, None))
         for tool_id, value in list(waiting.tools.items()):
+            read = _read(io.BytesIO(value), identity) if value is not None else None
+            sent: object
             if value is None:
                 sent = await self._link.call("learning resync", _hdel(key, [tool_id]))
-            else:
+            elif isinstance(read, str) or read is None:  # never: this process encoded it
                 sent = await self._link.call("learning resync", _hset(key, {tool_id: value}))
+            else:  # merged with what the others learned meanwhile, as a save is
+                merge = self._merge
+                sent = await trio.to_thread.run_sync(merge, identity, tool_id, read[1])
             if sent is UNAVAILABLE:
                 return False
             del waiting.tools[tool_id]

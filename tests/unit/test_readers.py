@@ -917,6 +917,16 @@ def test_openai_namespace_members_have_the_namespace_as_their_server() -> None:
             [{"googleSearch": {}}],
             r"tool 0: expected a tool definition with a name, got 'googleSearch'",
         ),
+        (  # Gemini: several hosted tools in one object
+            Catalog.from_gemini,
+            [{"googleSearch": {}, "codeExecution": {}}],
+            r"tool 0: expected a tool definition with a name, got 'googleSearch', 'codeExecution'",
+        ),
+        (
+            Catalog.from_data,
+            [{"googleSearch": {}, "codeExecution": {}}],
+            r"tool 0: expected a tool definition with a name, got 'googleSearch', 'codeExecution'",
+        ),
     ],
 )
 def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(
@@ -932,7 +942,7 @@ def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(
 def test_every_reader_tells_a_hosted_tool_from_a_nameless_definition_alike(
     read: Any, tool: dict[str, Any]
 ) -> None:
-    # Neither a string ``type`` nor a lone key holding an object: a definition without its
+    # Neither a string ``type`` nor only keys holding objects: a definition without its
     # name, whichever reader reads it (not a tool the vendor runs itself).
     with pytest.raises(CatalogError, match="tool 0: field 'name' must be a non-empty string"):
         read([tool])

@@ -239,8 +239,8 @@ def _refuse_hosted(index: int, item: Mapping[str, Any]) -> None:
     """A tool the vendor runs itself (OpenAI ``{"type": "web_search"}``, Gemini
     ``{"googleSearch": {}}``) has no name or schema to rank by: a clear error, not a missing
     name. One is an object with no key of a definition and either a string ``type``
-    (OpenAI's, Anthropic's) or a single key holding an object (Gemini's); anything else
-    without a name is a definition missing its name.
+    (OpenAI's) or only keys holding objects (Gemini's, one tool or several in one object);
+    anything else without a name is a definition missing its name.
 
     Raises:
         CatalogError: naming its type (or keys) and what to do with it.
@@ -249,7 +249,7 @@ def _refuse_hosted(index: int, item: Mapping[str, Any]) -> None:
         return
     kind = item.get("type")
     if not isinstance(kind, str) and not (
-        len(item) == 1 and isinstance(next(iter(item.values())), Mapping)
+        item and all(isinstance(v, Mapping) for v in item.values())
     ):
         return
     what = f"type {kind!r}" if isinstance(kind, str) else ", ".join(map(repr, item)) or "{}"

@@ -56,6 +56,14 @@ def add_serve_command(commands: Any) -> None:
         help="time a request (head and body together) has to arrive whole; past it 408 (30)",
     )
     serve.add_argument(
+        "--head-timeout",
+        type=positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="time a request's line and headers have to arrive (a new connection's, from the "
+        "accept); past it 408, or a close if nothing came (5)",
+    )
+    serve.add_argument(
         "--grace",
         type=positive_float,
         default=10.0,
@@ -120,6 +128,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             max_connections=args.max_connections,
             request_timeout_s=args.request_timeout,
+            head_timeout_s=args.head_timeout,
             grace_s=args.grace,
             announce=announce,
         )

@@ -8,11 +8,13 @@ idle timeout, a total time for a request to arrive, a cap on connections, and a 
 that lets the requests in flight finish.
 
 **Slow clients:** a request (its line, headers and body together) has ``request_timeout_s``
-from its first byte to its last (a connection's first request, from the accept); one that
-has begun and not ended by then is answered ``408`` and the connection closes. One that never
-began is closed without an answer: a client may open a connection before it has a request,
-and an answer it did not ask for would be read as the answer to its next one. Between
-requests a keep-alive connection waits up to ``idle_s``.
+from its first byte to its last (a connection's first request, from the accept), and its
+line and headers alone the shorter ``head_timeout_s``; one that has begun and not ended by
+then is answered ``408`` and the connection closes. One that never began is closed without
+an answer after ``head_timeout_s``: a client may open a connection before it has a request,
+and an answer it did not ask for would be read as the answer to its next one. Silent
+connections are so held briefly, past the cap too, where they would otherwise keep accepting
+(and the probes) waiting. Between requests a keep-alive connection waits up to ``idle_s``.
 
 **Connection cap:** at most ``max_connections`` connections are served at once. Past it a
 connection is still accepted, its request head read, and answered at once with
@@ -67,13 +69,15 @@ RETRY_AFTER_S = 1
 class Limits:
     """``max_header_bytes`` bounds a request's line and headers; ``idle_s`` closes a
     keep-alive connection that sends nothing; ``request_timeout_s`` bounds the time a request
-    takes to arrive whole; ``max_connections`` bounds the connections served at once and
+    takes to arrive whole, ``head_timeout_s`` its line and headers (and a new connection's
+    wait for them); ``max_connections`` bounds the connections served at once and
     ``overflow`` the ones past it being answered ``503`` (or a probe) at once; ``probes`` are
     the paths answered past the cap; ``grace_s`` is the graceful stop's budget."""
 
     max_header_bytes: int = 16 * 1024
     idle_s: float = 60.0
     request_timeout_s: float = 30.0
+    head_timeout_s: float = 5.0
     max_connections: int = 1000
     overflow: int = 64
     probes: frozenset[str] = frozenset({"/health", "/ready"})
@@ -177,8 +181,8 @@ async def _connection(
                 except h11.RemoteProtocolError as exc:
                     why = f"expected an HTTP/1.1 request, got one that does not read: {exc}"
                     await _refuse(conn, stream, exc.error_status_hint, why)
-                except _TimedOut:
-                    await _refuse_timed_out(conn, stream, limits)
+                except _TimedOut as exc:
+                    await _refuse_timed_out(conn, stream, limits, head=exc.head)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         except Exception:
@@ -191,7 +195,12 @@ async def _connection(
 
 
 class _TimedOut(Exception):
-    """A request began and did not arrive whole within ``request_timeout_s``."""
+    """A request began and did not arrive whole within ``request_timeout_s`` (``head``: its
+    line and headers within ``head_timeout_s``)."""
+
+    def __init__(self, *, head: bool) -> None:
+        super().__init__()
+        self.head = head
 
 
 async def _read_head(
@@ -201,11 +210,13 @@ async def _read_head(
     time by which its body must have arrived too.
 
     Raises:
-        _TimedOut: it began and did not end within ``request_timeout_s``.
+        _TimedOut: it began and did not end within ``request_timeout_s`` (or its head
+            within ``head_timeout_s``).
     """
     # A connection's first request is timed from the accept; a later one from its first
     # byte (the wait before it is keep-alive idle).
     deadline = trio.current_time() + limits.request_timeout_s
+    head_by = trio.current_time() + limits.head_timeout_s
     event = conn.next_event()
     if event is not h11.NEED_DATA:
         return event, deadline  # pipelined: already here
@@ -213,12 +224,13 @@ async def _read_head(
         with trio.move_on_after(limits.idle_s):
             conn.receive_data(await stream.receive_some(READ_SIZE))
             deadline = trio.current_time() + limits.request_timeout_s
+            head_by = trio.current_time() + limits.head_timeout_s
         if conn.trailing_data == (b"", False):
             return None, deadline  # idle too long
-    with trio.move_on_at(deadline):
+    with trio.move_on_at(min(deadline, head_by)):
         return await _next_event(conn, stream), deadline
     if conn.trailing_data[0]:
-        raise _TimedOut
+        raise _TimedOut(head=head_by < deadline)
     return None, deadline  # a connection that never sent a byte
 
 
@@ -247,12 +259,23 @@ async def _serve_over_cap(
 
 
 async def _refuse_timed_out(
-    conn: h11.Connection, stream: trio.SocketStream, limits: Limits, *, linger: bool = True
+    conn: h11.Connection,
+    stream: trio.SocketStream,
+    limits: Limits,
+    *,
+    head: bool = False,
+    linger: bool = True,
 ) -> None:
-    why = (
-        f"expected the whole request within {limits.request_timeout_s:g} s, "
-        "got only part of it in that time"
-    )
+    if head:
+        why = (
+            f"expected the request line and headers within {limits.head_timeout_s:g} s, "
+            "got only part of them in that time"
+        )
+    else:
+        why = (
+            f"expected the whole request within {limits.request_timeout_s:g} s, "
+            "got only part of it in that time"
+        )
     await _refuse(conn, stream, 408, why, kind="request_timeout")
     if linger:
         await _linger(stream)

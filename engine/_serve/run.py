@@ -54,6 +54,7 @@ async def serve_engine(
     max_body_bytes: int = 1 << 20,
     max_connections: int = 1000,
     request_timeout_s: float = 30.0,
+    head_timeout_s: float = 5.0,
     grace_s: float = 10.0,
     announce: Callable[[str], None] = print,
     listeners: list[trio.SocketListener] | None = None,
@@ -66,7 +67,8 @@ async def serve_engine(
 
     At most ``max_connections`` connections are served at once (past it, a request is
     answered ``503``, the probes still answer), and a request has ``request_timeout_s`` to
-    arrive whole (else ``408``).
+    arrive whole and ``head_timeout_s`` for its line and headers (else ``408``; a connection
+    that sends nothing is closed after ``head_timeout_s``).
 
     Raises:
         ConfigError: the bind address is beyond loopback and there is no token, or the
@@ -100,6 +102,7 @@ async def serve_engine(
             limits = Limits(
                 max_connections=max_connections,
                 request_timeout_s=request_timeout_s,
+                head_timeout_s=head_timeout_s,
                 grace_s=grace_s,
             )
             nursery.start_soon(on_signals)

@@ -59,6 +59,7 @@ async def served(
     idle_s: float = 60.0,
     request_timeout_s: float = 30.0,
     max_connections: int = 1000,
+    **limits: Any,
 ) -> AsyncIterator[Served]:
     """The demo catalogue served on a free 127.0.0.1 port for the duration of the block."""
     config = EngineConfig.from_mapping({"cache_dir": str(cache)})
@@ -75,6 +76,7 @@ async def served(
                 request_timeout_s=request_timeout_s,
                 max_connections=max_connections,
                 grace_s=5.0,
+                **limits,
             )
             await nursery.start(serve_http, app, listeners, stop, limits)
             yield Served(f"http://127.0.0.1:{port}", app, engine, stop)

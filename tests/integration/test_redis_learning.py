@@ -241,3 +241,68 @@ async def test_what_a_node_forgot_and_learned_while_cut_off_reaches_redis_in_ord
         assert list(fields.values()) == [{b"gamma"}]  # "other" has no tool left: no key
     finally:
         proxy.close()
+
+
+async def test_two_nodes_learning_one_tool_at_once_keep_both_nodes_evidence(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = [EngineConfig.from_mapping({"cache_dir": str(tmp_path / name)}) for name in ("a", "b")]
+    async with (
+        open_redis_stores(redis_server.url, config=config[0], node="a") as first,
+        open_redis_stores(redis_server.url, config=config[1], node="b") as second,
+    ):
+        await trio.to_thread.run_sync(first.learning.save, "m", "alpha", [example("base")])
+        for shared in (first, second):
+            await trio.to_thread.run_sync(shared.learning.load, "m")
+
+        async def learn(shared: RedisStores, name: str) -> None:
+            # As an engine does: its own book (what it loaded, and what it learned since),
+            # the whole of it saved after each learn.
+            book = [example("base")]
+            for i in range(10):
+                book.append(example(f"{name}{i}"))
+                await trio.to_thread.run_sync(shared.learning.save, "m", "alpha", list(book))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(learn, first, "a")
+            nursery.start_soon(learn, second, "b")
+        loaded = await trio.to_thread.run_sync(first.learning.load, "m")
+    wanted = {example(n).digest for n in ("base", *(f"{x}{i}" for x in "ab" for i in range(10)))}
+    assert {e.digest for e in loaded["alpha"]} == wanted
+    [value] = await stored_values(redis_server.url)
+    with np.load(io.BytesIO(value), allow_pickle=False) as data:
+        assert set(data["digests"].tolist()) == wanted
+
+
+async def test_what_a_node_learned_while_cut_off_merges_with_what_another_learned_meanwhile(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    proxy = FaultProxy(redis_server.port)
+    try:
+        config = [EngineConfig.from_mapping({"cache_dir": str(tmp_path / n)}) for n in "ab"]
+        async with (
+            open_redis_stores(proxy.url, config=config[0], node="a", deadline_s=0.2) as cut,
+            open_redis_stores(redis_server.url, config=config[1], node="b") as other,
+        ):
+            base = [example("base"), example("old")]
+            await trio.to_thread.run_sync(cut.learning.save, "m", "alpha", base)
+            await trio.to_thread.run_sync(other.learning.load, "m")
+            proxy.drop()
+            with trio.fail_after(30):
+                while cut.statistics().up:
+                    await trio.to_thread.run_sync(cut.learning.load, "m")
+            # Cut off, "a" forgets "old" and learns "a1"; "b" learns "b1" meanwhile.
+            mine = [example("base"), example("a1")]
+            await trio.to_thread.run_sync(cut.learning.save, "m", "alpha", mine)
+            theirs = [*base, example("b1")]
+            await trio.to_thread.run_sync(other.learning.save, "m", "alpha", theirs)
+            proxy.heal()
+            with trio.fail_after(30):
+                while cut.learning.pending() or not cut.statistics().up:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        [value] = await stored_values(redis_server.url)
+        with np.load(io.BytesIO(value), allow_pickle=False) as data:
+            digests = set(data["digests"].tolist())
+        assert digests == {example(n).digest for n in ("base", "a1", "b1")}
+    finally:
+        proxy.close()

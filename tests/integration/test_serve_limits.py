@@ -187,3 +187,39 @@ async def test_past_the_connection_cap_requests_are_503_and_the_probes_still_ans
     assert json.loads(ready.partition(b"\r\n\r\n")[2])["reason"] == "at the connection limit"
     assert still.startswith(b"HTTP/1.1 200 ")
     assert again.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_silent_connections_past_the_cap_cannot_keep_the_probes_waiting(
+    tmp_path: Path,
+) -> None:
+    # The cap is full and as many silent connections past it as are answered at once: the
+    # next connection (a probe) waits for one of them to close. They get the short head
+    # timeout, not the whole request's (which would outlast ``HANG_S``).
+    health = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
+    async with served(
+        tmp_path, max_connections=1, overflow=2, request_timeout_s=120.0, head_timeout_s=0.3
+    ) as service:
+        held = await _connect(service.url)
+        await held.send_all(health)  # served, then kept alive (idle): the cap is full
+        assert (await _read_one(held)).startswith(b"HTTP/1.1 200 ")
+        silent = [await _connect(service.url) for _ in range(2)]
+        probe = await _connect(service.url)
+        await probe.send_all(b"GET /health HTTP/1.1\r\nHost: t\r\n" + CLOSE)
+        assert (await _read_until_closed(probe)).startswith(b"HTTP/1.1 200 ")
+        for stream in silent:  # closed without an answer (no request began)
+            assert await _read_until_closed(stream) == b""
+            await stream.aclose()
+        await probe.aclose()
+        await held.aclose()
+
+
+async def test_a_request_head_slower_than_the_head_timeout_is_answered_408(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, request_timeout_s=120.0, head_timeout_s=0.3) as service:
+        stream = await _connect(service.url)
+        answer = await _trickle_then_read(stream, b"GET /health HTTP/1.1\r\n", b"Host: t" * 100)
+    head, error = _error_of(answer)
+    assert head.startswith(b"http/1.1 408 ")
+    assert error["type"] == "request_timeout"
+    assert "expected the request line and headers within 0.3 s" in str(error["message"])

@@ -206,11 +206,28 @@ def test_the_connection_cap_and_the_request_timeout_come_from_the_command_line(
     assert b"within 1 s" in late
 
 
+def test_the_head_timeout_comes_from_the_command_line(tmp_path: Path) -> None:
+    catalog = demo_catalog_file(tmp_path)
+    args = ["--catalog", str(catalog), "--embedder", "none", "--port", "0"]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--head-timeout", "0.5"]
+    running = start_serve(args)
+    try:
+        address = ("127.0.0.1", _port(running.url))
+        with socket.create_connection(address) as client:
+            client.sendall(b"GET /health HTTP/1.1\r\n")  # half a head, and then nothing
+            late = _read_response(client)
+    finally:
+        running.close()
+    assert late.startswith(b"HTTP/1.1 408 "), late
+    assert b"line and headers within 0.5 s" in late
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "words"),
     [
         ("--max-connections", "0", "expected an integer of at least 1, got '0'"),
         ("--request-timeout", "-1", "expected a number above 0, got '-1'"),
+        ("--head-timeout", "0", "expected a number above 0, got '0'"),
     ],
 )
 def test_a_cap_or_timeout_that_is_not_positive_is_refused(

@@ -917,6 +917,16 @@ def test_openai_namespace_members_have_the_namespace_as_their_server() -> None:
             [{"googleSearch": {}}],
             r"tool 0: expected a tool definition with a name, got 'googleSearch'",
         ),
+        (  # Gemini: several hosted tools in one object
+            Catalog.from_gemini,
+            [{"googleSearch": {}, "codeExecution": {}}],
+            r"tool 0: expected a tool definition with a name, got 'googleSearch', 'codeExecution'",
+        ),
+        (
+            Catalog.from_data,
+            [{"googleSearch": {}, "codeExecution": {}}],
+            r"tool 0: expected a tool definition with a name, got 'googleSearch', 'codeExecution'",
+        ),
     ],
 )
 def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(
@@ -925,6 +935,17 @@ def test_a_tool_the_vendor_runs_itself_is_refused_naming_it(
     with pytest.raises(CatalogError, match=says) as refused:
         read(tools)
     assert str(refused.value).endswith("leave it out of the catalogue and send it on every step")
+
+
+@pytest.mark.parametrize("read", [Catalog.from_tools, Catalog.from_gemini, Catalog.from_data])
+@pytest.mark.parametrize("tool", [{}, {"title": "Weather"}, {"id": "weather", "tags": ["x"]}])
+def test_every_reader_tells_a_hosted_tool_from_a_nameless_definition_alike(
+    read: Any, tool: dict[str, Any]
+) -> None:
+    # Neither a string ``type`` nor only keys holding objects: a definition without its
+    # name, whichever reader reads it (not a tool the vendor runs itself).
+    with pytest.raises(CatalogError, match="tool 0: field 'name' must be a non-empty string"):
+        read([tool])
 
 
 def test_a_definition_without_a_name_is_still_said_to_lack_one() -> None:

@@ -228,7 +228,7 @@ def namespace_members(index: int, tool: object) -> tuple[str, list[object]] | No
     return name, members
 
 
-#: Keys of a definition (or of Gemini's list of them): a tool object with none is a hosted one.
+#: Keys of a definition (or of Gemini's list of them): a hosted tool has none of them.
 _DEFINITION_KEYS = frozenset(
     {"name", "description", "function", "custom", *_PARAMETER_KEYS}
     | {"function_declarations", "functionDeclarations"}
@@ -238,7 +238,9 @@ _DEFINITION_KEYS = frozenset(
 def _refuse_hosted(index: int, item: Mapping[str, Any]) -> None:
     """A tool the vendor runs itself (OpenAI ``{"type": "web_search"}``, Gemini
     ``{"googleSearch": {}}``) has no name or schema to rank by: a clear error, not a missing
-    name.
+    name. One is an object with no key of a definition and either a string ``type``
+    (OpenAI's) or only keys holding objects (Gemini's, one tool or several in one object);
+    anything else without a name is a definition missing its name.
 
     Raises:
         CatalogError: naming its type (or keys) and what to do with it.
@@ -246,6 +248,10 @@ def _refuse_hosted(index: int, item: Mapping[str, Any]) -> None:
     if not _DEFINITION_KEYS.isdisjoint(item):
         return
     kind = item.get("type")
+    if not isinstance(kind, str) and not (
+        item and all(isinstance(v, Mapping) for v in item.values())
+    ):
+        return
     what = f"type {kind!r}" if isinstance(kind, str) else ", ".join(map(repr, item)) or "{}"
     raise CatalogError(
         f"tool {index}: expected a tool definition with a name, got {what}: a tool the vendor"
@@ -353,11 +359,8 @@ def _mcp_item(index: int, item: object, *, server: str | None = None) -> Tool:
 
 def _plain_item(index: int, item: object) -> Tool:
     item = _require_object(index, item)
-    # A list of hosted tools only is detected as no format, so it reaches this reader: a
-    # typed item (OpenAI's) or a lone key holding an object (Gemini's) is one of them.
-    kind = item.get("type")
-    if isinstance(kind, str) or (len(item) == 1 and isinstance(next(iter(item.values())), Mapping)):
-        _refuse_hosted(index, item)
+    # A list of hosted tools only is detected as no format, so it reaches this reader.
+    _refuse_hosted(index, item)
     return _build(index, item, parameter_keys=_PARAMETER_KEYS)
 
 

@@ -10,8 +10,12 @@ store entries without text, and the encoding writes no ``texts`` array for them.
 Synchronous (``LearningStore``): the engine calls it from worker threads, and each round trip
 hops onto the event loop under the link's deadline. A read Redis cannot answer serves the
 near tier's evidence; a write or removal it cannot take waits (the latest per tool) and goes
-out when Redis returns. Two nodes saving one tool at once: the last write stands (each writes
-the whole bounded list it holds).
+out when Redis returns. Two nodes saving one tool at once both keep their evidence: a save
+writes only if the tool's record is still the one it read (a script compares them), else it
+reads again and merges: the entries others added since this node last knew the tool stay,
+under the bound, with this node's own (``merged``: past it the oldest learned entries go);
+what this node dropped on purpose (forgot, or bounded away) stays dropped. A save that
+waits for Redis (down) is merged the same way when it goes out.
 
 Every write that reaches Redis is announced on ``<namespace>:learned`` (which node, the
 identity's hash, the tool ids or ``*``; never the evidence): the other attached nodes read
@@ -20,23 +24,46 @@ those tools again (``run_follower``), so a running node sees what another learne
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import threading
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
 
+from ..._core.recall.learned import merged
 from ..._core.stores import LearnedExample, LearningStore
 from ..learning import _encoded, _read
 from .caches import Command, _hgetall, _hset, _identity_hash, field_name
 from .link import UNAVAILABLE, RedisLink
 from .streams import _text, _xadd, follow
+from .turns import run_script
 
 if TYPE_CHECKING:
     import coredis
+
+
+#: Set a tool's record only if it is still the one read (its SHA-1, ``""``: none): 1, else 0.
+_SWAP = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+local seen = ''
+if current then seen = redis.sha1hex(current) end
+if seen ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+#: Rounds of read, merge and swap before a save writes over whatever is there.
+SWAP_ROUNDS: Final = 8
+
+
+def _hget(key: str, field: str) -> Command[bytes | None]:
+    async def command(client: coredis.Redis[bytes]) -> bytes | None:
+        return await client.hget(key, field)
+
+    return command
 
 
 def _hdel(key: str, fields: Sequence[str]) -> Command[int]:
@@ -73,9 +100,20 @@ class RedisLearningStore:
     """
 
     def __init__(
-        self, link: RedisLink, near: LearningStore, *, node: str = "", maxlen: int = 10_000
+        self,
+        link: RedisLink,
+        near: LearningStore,
+        *,
+        node: str = "",
+        maxlen: int = 10_000,
+        per_tool: int = 32,
     ) -> None:
         self._link = link
+        self._per_tool = per_tool
+        # (identity, tool id) -> the digests this node's engine last held for the tool: what
+        # a save finds in Redis beyond them (and beyond the save's own) another node added.
+        self._known: dict[tuple[str, str], frozenset[str]] = {}
+        self._swap = link.client.register_script(_SWAP)
         self._near = near
         self._node = node
         self._maxlen = maxlen
@@ -115,25 +153,71 @@ class RedisLearningStore:
             if isinstance(read, str) or read[0] != tool_id or not read[1]:
                 continue  # another version's record, or a mislabelled one: never misread
             entries = read[1]
+            self._knows(identity, tool_id, entries)
             if not _same(found.get(tool_id, ()), entries):
                 found[tool_id] = entries
                 self._near.save(identity, tool_id, entries)
             self.from_redis += 1
         return found
 
+    def _knows(self, identity: str, tool_id: str, entries: Sequence[LearnedExample]) -> None:
+        with self._lock:
+            self._known[identity, tool_id] = frozenset(e.digest for e in entries)
+
     def save(self, identity: str, tool_id: str, entries: Sequence[LearnedExample]) -> None:
         self._near.save(identity, tool_id, entries)
         value = _encoded(identity, tool_id, entries) if entries else None
         key = self._key(identity)
         if value is None:
-            sent = self._link.call_from_thread("learning write", _hdel(key, [tool_id]))
+            sent: object = self._link.call_from_thread("learning write", _hdel(key, [tool_id]))
         else:
-            sent = self._link.call_from_thread("learning write", _hset(key, {tool_id: value}))
+            sent = self._merge(identity, tool_id, entries)
         if sent is UNAVAILABLE:
             with self._lock:
                 self._pending.setdefault(identity, _Waiting()).tools[tool_id] = value
         else:
             self._announce_from_thread(identity, [tool_id])
+
+    def _merge(self, identity: str, tool_id: str, entries: Sequence[LearnedExample]) -> object:
+        """Write ``entries`` with what other nodes added to the tool since this node last knew
+        it (read, merge, swap if unchanged; a few rounds, then the last write stands), and
+        keep the result in the near tier; ``UNAVAILABLE`` when Redis missed a round trip."""
+        key = self._key(identity)
+        with self._lock:
+            known = self._known.get((identity, tool_id), frozenset())
+        mine = {e.digest for e in entries}
+        kept = tuple(entries)
+        for _ in range(SWAP_ROUNDS):
+            current = self._link.call_from_thread("learning read", _hget(key, tool_id))
+            if current is UNAVAILABLE:
+                return UNAVAILABLE
+            theirs: Sequence[LearnedExample] = ()
+            if current is not None:
+                read = _read(io.BytesIO(current), identity)
+                if not isinstance(read, str) and read[0] == tool_id:
+                    theirs = read[1]
+            added = [e for e in theirs if e.digest not in known and e.digest not in mine]
+            kept = merged(added, entries, self._per_tool) if added else tuple(entries)
+            seen = hashlib.sha1(current).hexdigest() if current is not None else ""
+            value = _encoded(identity, tool_id, kept)
+            swapped = self._link.call_from_thread(
+                "learning write",
+                run_script(self._swap, [key], [tool_id, seen, value]),  # type: ignore[list-item]
+            )
+            if swapped is UNAVAILABLE:
+                return UNAVAILABLE
+            if int(swapped):
+                break
+        else:
+            value = _encoded(identity, tool_id, kept)
+            sent = self._link.call_from_thread("learning write", _hset(key, {tool_id: value}))
+            if sent is UNAVAILABLE:
+                return UNAVAILABLE
+        # Known only once written: a save that waits for Redis merges from the same start.
+        self._knows(identity, tool_id, entries)
+        if not _same(kept, entries):
+            self._near.save(identity, tool_id, kept)
+        return None
 
     def forget(self, identity: str, tool_ids: Collection[str] | None = None) -> None:
         self._near.forget(identity, tool_ids)
@@ -215,7 +299,9 @@ class RedisLearningStore:
                 read = _read(io.BytesIO(value), identity) if value is not None else None
                 if isinstance(read, str) or (read is not None and read[0] != tool_id):
                     continue  # another version's record: never misread
-                self._near.save(identity, tool_id, read[1] if read is not None else ())
+                entries = read[1] if read is not None else ()
+                self._near.save(identity, tool_id, entries)
+                self._knows(identity, tool_id, entries)
 
         await trio.to_thread.run_sync(apply)
 
@@ -252,10 +338,15 @@ class RedisLearningStore:
             self._link.counters.writes_resynced += 1
             await self._link.call("learning notice", self._notice(identity, None))
         for tool_id, value in list(waiting.tools.items()):
+            read = _read(io.BytesIO(value), identity) if value is not None else None
+            sent: object
             if value is None:
                 sent = await self._link.call("learning resync", _hdel(key, [tool_id]))
-            else:
+            elif isinstance(read, str) or read is None:  # never: this process encoded it
                 sent = await self._link.call("learning resync", _hset(key, {tool_id: value}))
+            else:  # merged with what the others learned meanwhile, as a save is
+                merge = self._merge
+                sent = await trio.to_thread.run_sync(merge, identity, tool_id, read[1])
             if sent is UNAVAILABLE:
                 return False
             del waiting.tools[tool_id]

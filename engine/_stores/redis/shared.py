@@ -120,6 +120,7 @@ class RedisStores(metaclass=NoPublicConstructor):
             link,
             LearningCache(near / "learning") if near is not None else MemoryLearningStore(),
             node=node,
+            per_tool=config.learning.per_tool,
         )
         self.fast_tier = RedisFastTierStore(link)
         self.embeddings = embeddings

@@ -365,7 +365,9 @@ def test_a_cache_dir_variable_naming_no_user_falls_back_instead_of_crashing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("TOOLROUTE_CACHE_DIR", "~no-such-user-toolroute/cache")
-    with pytest.warns(CacheWarning, match=r"TOOLROUTE_CACHE_DIR='~no-such-user.*cannot be resolved"):
+    with pytest.warns(
+        CacheWarning, match=r"TOOLROUTE_CACHE_DIR='~no-such-user.*cannot be resolved"
+    ):
         chosen = default_cache_dir()
     assert chosen.is_relative_to(tempfile.gettempdir())
 

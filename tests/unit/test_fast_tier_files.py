@@ -37,3 +37,28 @@ def test_two_writers_saving_at_once_leave_a_consistent_cache(
     for name in mine:
         assert files._checked_array(tmp_path, name, manifest["sha256"]).tolist() == [1.0] * 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "b.npy", "manifest.json"]
+
+
+def test_two_workers_fetching_the_shared_folder_at_once_both_land_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolroute._stores.redis import fast_tier
+
+    real_replace = os.replace
+    others: list[bool] = []
+    fetched = {"a.npy": b"A" * 10, "b.npy": b"B" * 10}
+
+    def another_worker_first(
+        source: str | os.PathLike[str], target: str | os.PathLike[str]
+    ) -> None:
+        if not others:
+            others.append(True)
+            fast_tier._write_folder(tmp_path, fetched, b"{}")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", another_worker_first)
+    fast_tier._write_folder(tmp_path, fetched, b"{}")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        **fetched,
+        "manifest.json": b"{}",
+    }

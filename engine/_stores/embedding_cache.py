@@ -51,6 +51,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from .._core.errors import CacheWarning as CacheWarning
 from .._core.protocols import Embedder
 from .._core.recall.index import Progress, embed_into
 from .._core.stores import EmbeddingStore
@@ -63,10 +64,6 @@ _SUM_BYTES: Final = 32
 _SUFFIX: Final = ".emb"
 #: Rows kept per identity by default; the oldest are dropped first.
 DEFAULT_MAX_ENTRIES: Final = 200_000
-
-
-class CacheWarning(UserWarning):
-    """The embedding cache could not read or write a file and carried on without it."""
 
 
 def text_key(text: str) -> bytes:

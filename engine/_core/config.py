@@ -329,6 +329,14 @@ def _strict_bool(value: Any, _type: Any) -> bool:
 
 
 _converter.register_structure_hook(bool, _strict_bool)
+# cattrs would call int(), float() or str(), so 2.5 sessions would become 2, true would
+# become 1 and a number a cache path; the fields' own validators say what they expect.
+for _scalar in (int, float, str):
+    _converter.register_structure_hook(_scalar, lambda value, _type: value)
+# Likewise a string given for a list of ids would become a tuple of its letters.
+_converter.register_structure_hook_func(
+    lambda type_: type_ == tuple[str, ...], lambda value, _type: value
+)
 # The mode's own validator names the choices; cattrs' Literal check would not.
 _converter.register_structure_hook_func(lambda type_: type_ == DedupMode, lambda value, _: value)
 

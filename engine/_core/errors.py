@@ -89,6 +89,11 @@ class DecisionError(ProviderError):
         self.request_id = request_id
 
 
+class CacheWarning(UserWarning):
+    """A disk cache (embeddings, enrichment, learning, the fast tier) could not read or write
+    a file and carried on without it."""
+
+
 class EngineCrashed(ToolrouteError):
     """A runtime service kept crashing past its restart budget; the engine has stopped."""
 

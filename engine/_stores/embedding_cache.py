@@ -51,6 +51,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from .._core.errors import CacheWarning as CacheWarning
 from .._core.protocols import Embedder
 from .._core.recall.index import Progress, embed_into
 from .._core.stores import EmbeddingStore
@@ -63,10 +64,6 @@ _SUM_BYTES: Final = 32
 _SUFFIX: Final = ".emb"
 #: Rows kept per identity by default; the oldest are dropped first.
 DEFAULT_MAX_ENTRIES: Final = 200_000
-
-
-class CacheWarning(UserWarning):
-    """The embedding cache could not read or write a file and carried on without it."""
 
 
 def text_key(text: str) -> bytes:
@@ -396,25 +393,43 @@ def default_cache_dir() -> Path:
     """Where toolroute caches embeddings unless told otherwise.
 
     Returns:
-        ``$TOOLROUTE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/toolroute`` if
-        ``XDG_CACHE_HOME`` is an absolute path, else ``~/.cache/toolroute``;
-        created if missing. If that directory cannot be written, a private
-        directory under the system temp dir instead.
+        ``$TOOLROUTE_CACHE_DIR`` if set (and not blank), else ``$XDG_CACHE_HOME/toolroute``
+        if ``XDG_CACHE_HOME`` is an absolute path, else ``~/.cache/toolroute``; created if
+        missing. If that directory cannot be written, a private directory under the system
+        temp dir instead, with a ``CacheWarning`` naming both.
     """
-    env = os.environ.get("TOOLROUTE_CACHE_DIR")
+    env = os.environ.get("TOOLROUTE_CACHE_DIR", "")
     candidate: Path | None
-    if env:
-        candidate = Path(env).expanduser()
+    source: str
+    if env.strip():
+        source = f"TOOLROUTE_CACHE_DIR={env!r}"
+        try:
+            candidate = Path(env).expanduser()
+        except RuntimeError:  # "~user/..." naming no user, or "~" with no home
+            candidate = None
     elif (xdg := os.environ.get("XDG_CACHE_HOME")) and os.path.isabs(xdg):
+        source = f"XDG_CACHE_HOME={xdg!r}"
         candidate = Path(xdg) / "toolroute"
     else:
+        source = "the home directory"
         try:
-            candidate = Path.home() / ".cache" / "toolroute"
+            home = Path.home()
         except RuntimeError:  # no HOME and no passwd entry
-            candidate = None
+            home = None
+        # A relative HOME would put the cache under whatever the working directory is.
+        candidate = home / ".cache" / "toolroute" if home and home.is_absolute() else None
     if candidate is not None and _usable_directory(candidate):
         return candidate
-    return _private_temp_directory()
+    fallback = _private_temp_directory()
+    where = "cannot be resolved" if candidate is None else f"gives {candidate}, not writable"
+    warnings.warn(
+        CacheWarning(
+            f"the cache directory from {source} {where}; expected a writable directory, "
+            f"caching in {fallback} instead"
+        ),
+        stacklevel=2,
+    )
+    return fallback
 
 
 def embed_with_cache(

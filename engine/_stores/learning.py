@@ -21,6 +21,7 @@ import hashlib
 import io
 import os
 import warnings
+import zipfile
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -146,7 +147,9 @@ def _read(path: Path | io.BytesIO, identity: str) -> tuple[str, tuple[LearnedExa
     """The tool id and entries in ``path`` (a file, or a file's bytes a shared store read),
     or a sentence saying why they cannot be used."""
     try:
-        with np.load(path, allow_pickle=False) as data:
+        # Read whole first: np.load leaves its own file open when the zip does not parse.
+        raw = io.BytesIO(path.getvalue() if isinstance(path, io.BytesIO) else path.read_bytes())
+        with np.load(raw, allow_pickle=False) as data:
             if str(data["identity"]) != identity:
                 return f"it belongs to embedder {str(data['identity'])!r}"
             vectors = np.asarray(data["vectors"], dtype=np.float32)
@@ -154,7 +157,7 @@ def _read(path: Path | io.BytesIO, identity: str) -> tuple[str, tuple[LearnedExa
             sources = [str(s) for s in data["sources"]]
             texts = [str(t) for t in data["texts"]] if "texts" in data else None
             tool_id = str(data["tool_id"])
-    except (OSError, ValueError, KeyError, EOFError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         return f"it does not load ({type(exc).__name__})"
     if vectors.ndim != 2 or not len(vectors) == len(digests) == len(sources):
         return "its arrays do not match"

@@ -119,6 +119,13 @@ class MemorySessionStore:
         excess = len(self._sessions) - self.max_sessions
         if excess <= 0:
             return
-        idle = [key for key, entry in self._sessions.items() if not entry.holders]
-        for key in idle[:excess]:
+        # Oldest first, stopping once enough idle sessions are found: at the bound this runs
+        # on every new session, so scanning the whole map would cost O(max_sessions) a step.
+        idle = []
+        for key, entry in self._sessions.items():
+            if not entry.holders:
+                idle.append(key)
+                if len(idle) == excess:
+                    break
+        for key in idle:
             del self._sessions[key]

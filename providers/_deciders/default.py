@@ -50,16 +50,34 @@ def _build_typesafe(env: Env) -> HttpDecider | None:
     if not (direct or gateway):
         return None
     route: Any = _get(env, "TYPESAFE_TRANSPORT")
-    base = _get(
-        env, "TYPESAFE_GATEWAY_URL" if route == "gateway" or not direct else "TYPESAFE_BASE_URL"
+    base_variable = (
+        "TYPESAFE_GATEWAY_URL" if route == "gateway" or not direct else "TYPESAFE_BASE_URL"
     )
-    return TypeSafeDecider(
-        api_key=direct,
-        gateway_api_key=gateway,
-        route=route,
-        base_url=base,
-        model=_get(env, "TYPESAFE_MODEL"),
-    )
+    base = _get(env, base_variable)
+    try:
+        return TypeSafeDecider(
+            api_key=direct,
+            gateway_api_key=gateway,
+            route=route,
+            base_url=base,
+            model=_get(env, "TYPESAFE_MODEL"),
+        )
+    except ConfigError as exc:
+        variables = {
+            "base_url": base_variable,
+            "route": "TYPESAFE_TRANSPORT",
+            "model": "TYPESAFE_MODEL",
+        }
+        raise _from_variables(exc, variables, env) from None
+
+
+def _from_variables(exc: ConfigError, variables: Mapping[str, str], env: Env) -> ConfigError:
+    """``exc`` naming the environment variable it came from (the argument its message names,
+    else every variable that is set); values are never quoted, as they may hold secrets."""
+    message = str(exc)
+    named = [var for arg, var in variables.items() if arg.replace("_", " ") in message.lower()]
+    named = named or [var for var in variables.values() if _get(env, var)]
+    return ConfigError(f"{message} (from {' / '.join(named)})" if named else message)
 
 
 _typesafe = _Recipe(_build_typesafe, (("TYPESAFE_API_KEY", "AI_GATEWAY_API_KEY"),))
@@ -75,7 +93,10 @@ def _from_env(
         needed = {arg: _get(env, var) for arg, var in required.items()}
         if not all(needed.values()):
             return None
-        return cls(**needed, **{arg: _get(env, var) for arg, var in optional.items()})
+        try:
+            return cls(**needed, **{arg: _get(env, var) for arg, var in optional.items()})
+        except ConfigError as exc:
+            raise _from_variables(exc, {**required, **optional}, env) from None
 
     return _Recipe(build, tuple((var,) for var in required.values()))
 
@@ -167,8 +188,10 @@ def default_decider(
     if name is not None:
         build = EXPLICIT.get(name.strip().lower())
         if build is None:
+            source = "" if provider else " in TOOLROUTE_DECISION_PROVIDER"
             raise ConfigError(
-                f"unknown decision provider {name!r}; expected one of {', '.join(sorted(EXPLICIT))}"
+                f"unknown decision provider {name!r}{source}; "
+                f"expected one of {', '.join(sorted(EXPLICIT))}"
             )
         decider = build(env)
         if decider is None:

@@ -266,7 +266,8 @@ def test_default_cache_dir_falls_back_to_a_private_temp_dir(
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("TOOLROUTE_CACHE_DIR", str(blocker / "cache"))
-    chosen = default_cache_dir()
+    with pytest.warns(CacheWarning):
+        chosen = default_cache_dir()
     assert chosen.is_dir()
     assert chosen.is_relative_to(tempfile.gettempdir())
     if sys.platform != "win32":
@@ -347,3 +348,48 @@ def test_threads_sharing_one_cache_keep_every_row(tmp_path: Path) -> None:
     vectors, found = EmbeddingCache(tmp_path).get_many(IDENT, DIM, flat)
     assert found.all()
     np.testing.assert_array_equal(vectors, vecs_for(flat))
+
+
+def test_an_unusable_cache_dir_variable_falls_back_with_a_warning_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TOOLROUTE_CACHE_DIR", str(blocker / "cache"))
+    with pytest.warns(CacheWarning, match=r"TOOLROUTE_CACHE_DIR=.*a-file/cache.*not writable"):
+        chosen = default_cache_dir()
+    assert chosen.is_relative_to(tempfile.gettempdir())
+
+
+def test_a_cache_dir_variable_naming_no_user_falls_back_instead_of_crashing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLROUTE_CACHE_DIR", "~no-such-user-toolroute/cache")
+    with pytest.warns(
+        CacheWarning, match=r"TOOLROUTE_CACHE_DIR='~no-such-user.*cannot be resolved"
+    ):
+        chosen = default_cache_dir()
+    assert chosen.is_relative_to(tempfile.gettempdir())
+
+
+def test_a_blank_cache_dir_variable_counts_as_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLROUTE_CACHE_DIR", "   ")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "toolroute"
+    assert list(tmp_path.iterdir()) == [tmp_path / "xdg"]
+
+
+def test_a_relative_home_is_not_used_for_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOOLROUTE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "relative-home")
+    with pytest.warns(CacheWarning, match="home directory cannot be resolved"):
+        chosen = default_cache_dir()
+    assert chosen.is_relative_to(tempfile.gettempdir())
+    assert list(tmp_path.iterdir()) == []

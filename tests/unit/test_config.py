@@ -70,6 +70,35 @@ def test_from_mapping_names_a_wrong_section_value() -> None:
 
 
 @pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # An operator's JSON file: what the constructor refuses, from_mapping refuses too,
+        # instead of converting it (2.5 sessions were 2, true was 1, a string a letter list).
+        ({"sessions": {"max_sessions": 2.5}}, "max_sessions .* got 2.5 @ \\$.sessions"),
+        ({"sessions": {"max_sessions": True}}, "max_sessions .* got True"),
+        ({"selection": {"max_tools": "5"}}, "max_tools .* got '5'"),
+        ({"deadlines": {"embed_s": "0.1"}}, "embed_s .* got '0.1'"),
+        ({"cache_dir": 5}, "cache_dir .* got 5"),
+        ({"selection": {"always_active": "search"}}, "always_active must be a list"),
+    ],
+)
+def test_from_mapping_refuses_what_the_constructor_refuses(
+    data: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        EngineConfig.from_mapping(data)
+
+
+def test_from_mapping_keeps_plain_numbers_and_lists() -> None:
+    config = EngineConfig.from_mapping(
+        {"deadlines": {"embed_s": 1}, "selection": {"always_active": ["a", "b"], "max_tools": 3}}
+    )
+    assert config.deadlines.embed_s == 1
+    assert config.selection.always_active == ("a", "b")
+    assert config.selection.max_tools == 3
+
+
+@pytest.mark.parametrize(
     ("build", "field"),
     [
         (lambda: SelectionDefaults(max_tools="5"), "max_tools"),

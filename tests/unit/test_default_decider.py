@@ -91,3 +91,35 @@ def test_a_provider_named_without_its_settings_is_an_error_naming_them(
 def test_with_no_provider_named_nothing_configured_is_none() -> None:
     assert default_decider(env={}) is None
     assert default_decider(env={"TOOLROUTE_DECISION_PROVIDER": " ", "LAYA_API_KEY": "k"}) is None
+
+
+def test_an_unknown_provider_in_the_variable_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="'bogus' in TOOLROUTE_DECISION_PROVIDER; expected"):
+        default_decider(env={"TOOLROUTE_DECISION_PROVIDER": "bogus"})
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        (
+            {
+                "TOOLROUTE_DECISION_PROVIDER": "logprob",
+                "TOOLROUTE_LOGPROB_MODEL": "m",
+                "TOOLROUTE_LOGPROB_BASE_URL": "ftp://host",
+            },
+            "TOOLROUTE_LOGPROB_BASE_URL",
+        ),
+        (
+            {"LAYA_API_KEY": "k", "LAYA_BASE_URL": "http://example.com/v1"},
+            "LAYA_BASE_URL",
+        ),
+        ({"TYPESAFE_API_KEY": "k", "TYPESAFE_TRANSPORT": "bogus"}, "TYPESAFE_TRANSPORT"),
+        ({"TYPESAFE_API_KEY": "k", "TYPESAFE_BASE_URL": "not a url"}, "TYPESAFE_BASE_URL"),
+    ],
+)
+def test_a_bad_value_from_the_environment_names_its_variable(
+    env: dict[str, str], variable: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"\(from {variable}\)$") as caught:
+        default_decider(env=env)
+    assert env[variable] not in str(caught.value) or variable == "TYPESAFE_TRANSPORT"

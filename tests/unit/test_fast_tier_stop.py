@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from toolroute import CacheWarning
 from toolroute.providers._embedders.fast_tier import tier as _fast_tier
 from toolroute.providers._embedders.fast_tier.tier import FastTier, FastTierStopped
 from toolroute.providers._embedders.minilm import default_embedder
@@ -26,3 +27,14 @@ def test_a_build_asked_to_stop_stops_before_the_next_batch(
         FastTier.open(embedder, cache_dir=tmp_path, should_stop=should_stop)
     assert len(asked) == 3
     assert not (tmp_path / "fast-tier").exists()  # nothing half-built is cached
+
+
+def test_a_cache_folder_that_cannot_be_written_is_a_cache_warning(tmp_path: Path) -> None:
+    # A full disk or a read-only cache: the tier still works, and the operator is told.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.warns(CacheWarning, match="cannot write the fast tier's cache"):
+        tier = FastTier.open(
+            default_embedder(), cache_dir=blocker, tool_texts=["get the weather for a city"]
+        )
+    assert tier.embed(["weather in Oslo"]).shape == (1, tier.dim)

@@ -77,6 +77,19 @@ def test_a_damaged_or_misplaced_file_is_ignored_with_a_warning(tmp_path: Path) -
         assert store.load("other") == {}
 
 
+def test_a_truncated_file_is_ignored_with_a_warning_and_the_others_load(tmp_path: Path) -> None:
+    # A crash or a full disk mid-copy leaves a file that starts as a zip and stops short;
+    # it used to fail the whole load, so every tool's evidence was lost.
+    store = LearningCache(tmp_path)
+    store.save("model", "a", [entry("1")])
+    store.save("model", "b", [entry("2")])
+    damaged = sorted(store.folder_for("model").glob("*.npz"))[0]
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    with pytest.warns(CacheWarning, match="does not load"):
+        loaded = store.load("model")
+    assert len(loaded) == 1
+
+
 def test_an_unwritable_directory_costs_only_the_persistence(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("in the way")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,6 +36,33 @@ def test_least_recently_used_goes_first() -> None:
     assert "a" in store
     assert "b" not in store
     assert len(store) == 2
+
+
+class _CountingMap(OrderedDict[str, object]):
+    """An ordered map counting the entries its ``items()`` walks hand out."""
+
+    visited = 0
+
+    def items(self) -> Iterator[tuple[str, object]]:  # type: ignore[override]
+        for item in super().items():
+            self.visited += 1
+            yield item
+
+
+def test_a_full_store_evicts_without_walking_every_session() -> None:
+    # At the bound every new session evicts one; walking all max_sessions entries for it
+    # made each step of a busy server cost O(max_sessions).
+    store = SessionStore(max_sessions=5_000, clock=Clock())
+    for i in range(5_000):
+        store.get(f"s{i}")
+    counting = _CountingMap(store._sessions)
+    store._sessions = counting  # type: ignore[assignment]
+    store.get("new")
+    assert "s0" not in store
+    assert "s1" in store
+    assert "new" in store
+    assert len(store) == 5_000
+    assert counting.visited < 10
 
 
 def test_idle_sessions_expire() -> None:

@@ -9,9 +9,12 @@ last: it vouches for the rest); a cache fitted on the shipped table holds no cop
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -144,11 +147,12 @@ def save(
     directory.mkdir(parents=True, exist_ok=True)
     digests = {}
     for name, array in files.items():
-        temporary = directory / f".{name}.tmp"
-        with temporary.open("wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(temporary, directory / name)
-        digests[name] = _digest(directory / name)
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        data = buffer.getvalue()
+        _replace(directory / name, data)
+        # The digest of what this writer wrote: another process may replace the file next.
+        digests[name] = hashlib.sha256(data).hexdigest()
     manifest = {
         "format": FORMAT,
         "model_sha256": sha,
@@ -156,9 +160,22 @@ def save(
         "distilled": "shipped" if shipped else "distilled.npy",
         "sha256": digests,
     }
-    temporary = directory / ".manifest.json.tmp"
-    temporary.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    os.replace(temporary, directory / "manifest.json")  # last: it vouches for the rest
+    manifest_bytes = json.dumps(manifest, indent=1).encode("utf-8")
+    _replace(directory / "manifest.json", manifest_bytes)  # last: it vouches for the rest
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` through a temporary file of this writer's own, so
+    processes sharing the cache folder never write into one another's temporary file."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 #: What a cache learned: statistics, the fitted table, tool digests, the space map.

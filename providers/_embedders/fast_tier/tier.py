@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
+from ...._core.errors import CacheWarning
 from ...._core.text import MODEL_TEXT_CHARS, bounded
 from .files import Learned, SourceModel, load, save, shipped_table
 from .ridge import RidgeStats, SpaceMap, Stopped, solve
@@ -322,8 +324,14 @@ class FastTier:
             files["distilled.npy"] = self._distilled
         try:
             save(self.directory, self.model_sha256, files, texts, shipped=self._shipped)
-        except OSError:
-            return
+        except OSError as exc:
+            warnings.warn(
+                CacheWarning(
+                    f"cannot write the fast tier's cache in {self.directory} ({exc}); "
+                    "it is fitted again on the next start"
+                ),
+                stacklevel=2,
+            )
 
 
 def distil(embedder: SourceModel, *, should_stop: Callable[[], bool] | None = None) -> F32:

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from .._core.select.arguments import MAX_SESSION_CHARS
 from .._runtime.engine import Engine
 from .._runtime.selector import FROM_CONFIG
 from . import wire
@@ -39,7 +40,11 @@ class Route:
     handle: Handler = attrs.field(eq=False, repr=False)
 
 
-_session = typed("string", "the conversation's id: paging, sticky sets and activations need one")
+_session = typed(
+    "string",
+    "the conversation's id: paging, sticky sets and activations need one",
+    maxLength=MAX_SESSION_CHARS,
+)
 _explain = typed(
     ["boolean", "array"],
     "true to explain every shown tool; or an array of tool ids, explained even when hidden",

@@ -24,6 +24,7 @@ CHECKED = frozenset(
         "minimum",
         "maximum",
         "minLength",
+        "maxLength",
         "minItems",
         "maxItems",
         "anyOf",
@@ -123,6 +124,12 @@ def check(value: object, schema: Schema, field: str | None = None) -> None:
         raise BodyError(f"{where}: expected one of {choices}, got {got(value)}", field)
     if isinstance(value, str) and len(value) < schema.get("minLength", 0):
         raise BodyError(f"{where}: expected a non-empty string, got {value!r}", field)
+    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
+        raise BodyError(
+            f"{where}: expected at most {schema['maxLength']} characters,"
+            f" got a string of {len(value)}",
+            field,
+        )
     if _is_number(value):
         _check_range(value, schema, where, field)
     if isinstance(value, list):

@@ -36,6 +36,10 @@ CONFIG = EngineConfig(cache=False)
         (lambda e: e.search_tools({"query": "x"}, session=3), r"session must be a string or None"),
         (lambda e: e.route_servers(123), r"messages must be a string or a list"),
         (lambda e: e.route_servers("x", session=b"s"), r"session must be a string or None"),
+        (
+            lambda e: e.prepare_step("x", session="s" * 1025),
+            r"session must be an id of at most 1024 characters, got a string of 1025",
+        ),
     ],
 )
 async def test_a_wrong_argument_is_a_config_error_naming_it(

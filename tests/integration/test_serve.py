@@ -114,6 +114,21 @@ async def test_a_body_that_misses_its_schema_is_400_naming_the_field(
     assert words in error["message"]
 
 
+async def test_a_session_id_past_its_bound_is_400_naming_the_field(tmp_path: Path) -> None:
+    async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
+        long = await client.post(
+            "/v1/prepare-step", json={"messages": QUERY, "session": "s" * 1025}
+        )
+        bound = await client.post(
+            "/v1/prepare-step", json={"messages": QUERY, "session": "s" * 1024}
+        )
+    assert long.status_code == 400
+    error = long.json()["error"]
+    assert (error["type"], error["field"]) == ("invalid_body", "session")
+    assert "at most 1024 characters, got a string of 1025" in error["message"]
+    assert bound.status_code == 200
+
+
 async def test_a_value_the_engine_refuses_is_422_with_its_message_and_field(tmp_path: Path) -> None:
     async with served(tmp_path) as service, httpx.AsyncClient(base_url=service.url) as client:
         unknown = await client.post(

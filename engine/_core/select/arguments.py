@@ -44,14 +44,24 @@ def count(value: object, argument: str, minimum: int) -> int:
     return value
 
 
+#: The longest session id: ids are held per session, and written into events, spans, logs
+#: and Redis keys, so a pasted document must not become one.
+MAX_SESSION_CHARS = 1024
+
+
 def session_id(value: object) -> str | None:
-    """A session id: a string, or ``None`` for none.
+    """A session id: a string of at most ``MAX_SESSION_CHARS`` characters, or ``None``.
 
     Raises:
         ConfigError: anything else.
     """
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"session must be a string or None, got {shape(value)}")
+    if value is not None and len(value) > MAX_SESSION_CHARS:
+        raise ConfigError(
+            f"session must be an id of at most {MAX_SESSION_CHARS} characters,"
+            f" got a string of {len(value)}"
+        )
     return value
 
 

@@ -249,9 +249,8 @@ def test_a_query_with_lone_surrogates_is_ranked_with_embeddings(emb: MiniLMEmbed
     selection = index.select(query)
     assert selection.outcome == "applied", selection.reason
     assert selection.tool_ids[0] == "get_forecast"
-    only = index.select("\udcff\udcfe")  # nothing else to read: still ranked, not nothing
-    assert only.outcome == "applied", only.reason
-    assert only.tool_ids
+    only = index.select("\udcff\udcfe")  # nothing else to read: no word, so nothing to rank
+    assert (only.outcome, only.reason, only.tool_ids) == ("skipped", "no words in the query", ())
 
 
 async def test_the_engine_ranks_a_query_with_lone_surrogates(emb: MiniLMEmbedder) -> None:

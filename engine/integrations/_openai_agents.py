@@ -38,6 +38,8 @@ class _Run:
     session: str
     usage: weakref.ref[Usage]
     conversation: list[Any]
+    #: The agent's function tools as ``(namespace, name)``: what its refusals may name.
+    tool_names: tuple[tuple[str | None, str], ...] = ()
     narrowed: Narrowing | None = None
     #: True once the turn's tools started: the next ``is_enabled`` opens a new turn.
     stale: bool = True
@@ -80,8 +82,6 @@ class ToolRouter:
     ) -> None:
         self._router = StepRouter(engine, "ToolRouter", on_hidden_call, search_tool)
         self._runs: dict[tuple[int, int], _Run] = {}
-        #: The routed agents' function tools as ``(namespace, name)``, named in refusals.
-        self._tool_names: tuple[tuple[str | None, str], ...] = ()
 
     def route(self, agent: Agent[Any]) -> Agent[Any]:
         """A copy of ``agent`` whose tools are chosen per turn (the agent is not changed,
@@ -96,8 +96,6 @@ class ToolRouter:
             else tool
             for tool in agent.tools
         ]
-        names = ((_namespace(t), t.name) for t in tools if isinstance(t, FunctionTool))
-        self._tool_names = tuple(dict.fromkeys((*self._tool_names, *names)))
         for server in agent.mcp_servers:
             previous = getattr(server, "tool_filter", None)
             if getattr(previous, "_toolroute", False):
@@ -135,6 +133,11 @@ class ToolRouter:
                 session=f"agents-run:{uuid.uuid4().hex}",
                 usage=weakref.ref(usage),
                 conversation=list(context.turn_input),
+                tool_names=tuple(
+                    (_namespace(t), t.name)
+                    for t in getattr(agent, "tools", ())
+                    if isinstance(t, FunctionTool)
+                ),
             )
             self._runs[key] = run
         return run
@@ -205,7 +208,7 @@ class ToolRouter:
             narrowed = run.narrowed
             shown = [
                 _qualified(namespace, name)
-                for namespace, name in self._tool_names
+                for namespace, name in run.tool_names
                 if narrowed is not None and narrowed.shows(name, namespace)
             ]
             search = self._router.search_tool

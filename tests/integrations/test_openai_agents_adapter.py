@@ -165,6 +165,31 @@ def test_an_agent_handed_off_to_is_routed_when_routed_too() -> None:
     assert result.final_output == "done"
 
 
+def test_a_refusal_names_only_tools_the_refusing_agent_was_shown() -> None:
+    # One router over two agents: the engine chose get_weather, the triage agent's tool, for
+    # the billing agent's turn; billing was shown none of its own, so the refusal names none.
+    billing_model = steps(function_call("send_email", {"to": "a", "subject": "b"}, call_id="b1"))
+    triage_model = ScriptedModel(
+        [ModelStep(output=[function_call("transfer_to_billing", {}, call_id="t1")])]
+    )
+    weather, email, issue = tools()
+
+    async def main() -> Any:
+        async with asyncio_engine() as engine:
+            router = ToolRouter(engine)
+            billing = router.route(Agent(name="billing", model=billing_model, tools=[email, issue]))
+            triage = Agent(name="triage", model=triage_model, tools=[weather], handoffs=[billing])
+            return await router.run(triage, "what is the weather forecast in Oslo")
+
+    result = asyncio.run(main())
+    assert seen(billing_model)[0] == []
+    assert RAN == []
+    assert outputs(result)["send_email"] == [
+        "The tool 'send_email' is not available on this step, so it was not run. Answer "
+        "without calling a tool."
+    ]
+
+
 def test_an_agent_run_as_a_tool_by_the_same_router_keeps_its_callers_selection() -> None:
     # ``as_tool`` runs the inner agent nested in the caller's run, sharing its ``Usage``: the
     # inner conversation must not become the caller's, or the caller's next turn is chosen

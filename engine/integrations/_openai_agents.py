@@ -330,7 +330,6 @@ class _Hooks(AgentHooks[Any]):
             await self._inner.on_end(context, agent, output)
 
     async def on_handoff(self, context: RunContextWrapper[Any], agent: Any, source: Any) -> None:
-        self._router._tools_started(context, agent)  # handed back to: choose afresh
         if self._inner is not None:
             await self._inner.on_handoff(context, agent, source)
 

@@ -27,17 +27,27 @@ Formatter = Callable[[ToolErrorFormatterArgs[Any]], Any]
 
 @attrs.define
 class _Run:
-    """One run's view: the conversation so far and the turn's selection."""
+    """One agent's view of a run: the conversation so far and the turn's selection.
+
+    A run's contexts (the run's, a tool's, a hook's) share its ``Usage``; an agent run as a
+    tool (``as_tool``) runs nested in its caller's run and shares it too, so a run is told
+    apart by ``Usage`` and agent: an agent handed off to, or run as a tool, is its own
+    conversation.
+    """
 
     session: str
     usage: weakref.ref[Usage]
     conversation: list[Any]
+    #: The agent's function tools as ``(namespace, name)``: what its refusals may name.
+    tool_names: tuple[tuple[str | None, str], ...] = ()
     narrowed: Narrowing | None = None
     #: True once the turn's tools started: the next ``is_enabled`` opens a new turn.
     stale: bool = True
     #: Shown tools the model called in its last response, as ``(namespace, name)``: never
     #: withdrawn before they run.
     called: frozenset[tuple[str | None, str]] = frozenset()
+    #: The call ids of the model's last response: a hidden call is answered for its run.
+    call_ids: frozenset[str] = frozenset()
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
 
 
@@ -71,9 +81,7 @@ class ToolRouter:
         search_tool: str | None = "search_tools",
     ) -> None:
         self._router = StepRouter(engine, "ToolRouter", on_hidden_call, search_tool)
-        self._runs: dict[int, _Run] = {}
-        #: The routed agents' function tools as ``(namespace, name)``, named in refusals.
-        self._tool_names: tuple[tuple[str | None, str], ...] = ()
+        self._runs: dict[tuple[int, int], _Run] = {}
 
     def route(self, agent: Agent[Any]) -> Agent[Any]:
         """A copy of ``agent`` whose tools are chosen per turn (the agent is not changed,
@@ -88,8 +96,6 @@ class ToolRouter:
             else tool
             for tool in agent.tools
         ]
-        names = ((_namespace(t), t.name) for t in tools if isinstance(t, FunctionTool))
-        self._tool_names = tuple(dict.fromkeys((*self._tool_names, *names)))
         for server in agent.mcp_servers:
             previous = getattr(server, "tool_filter", None)
             if getattr(previous, "_toolroute", False):
@@ -116,23 +122,36 @@ class ToolRouter:
 
     # -- per-run state -------------------------------------------------------------------
 
-    def _run(self, context: RunContextWrapper[Any]) -> _Run:
-        # One run's contexts (the run's, a tool's, a hook's) share its ``Usage``.
+    def _run(self, context: RunContextWrapper[Any], agent: object) -> _Run:
         usage = context.usage
-        run = self._runs.get(id(usage))
+        key = (id(usage), id(agent))
+        run = self._runs.get(key)
         if run is None or run.usage() is not usage:
-            for key in [k for k, r in self._runs.items() if r.usage() is None]:
-                del self._runs[key]  # runs that ended
+            for ended in [k for k, r in self._runs.items() if r.usage() is None]:
+                del self._runs[ended]  # runs that ended
             run = _Run(
                 session=f"agents-run:{uuid.uuid4().hex}",
                 usage=weakref.ref(usage),
                 conversation=list(context.turn_input),
+                tool_names=tuple(
+                    (_namespace(t), t.name)
+                    for t in getattr(agent, "tools", ())
+                    if isinstance(t, FunctionTool)
+                ),
             )
-            self._runs[id(usage)] = run
+            self._runs[key] = run
         return run
 
-    async def _turn(self, context: RunContextWrapper[Any]) -> tuple[_Run, Narrowing]:
-        run = self._run(context)
+    def _run_of_call(self, context: RunContextWrapper[Any], call_id: str) -> _Run | None:
+        """The run whose model made the call ``call_id`` (the error formatter has no agent)."""
+        usage = context.usage
+        for run in self._runs.values():
+            if run.usage() is usage and call_id in run.call_ids:
+                return run
+        return None
+
+    async def _turn(self, context: RunContextWrapper[Any], agent: object) -> tuple[_Run, Narrowing]:
+        run = self._run(context, agent)
         async with run.lock:  # the SDK asks for every tool at once: one selection per turn
             if run.stale or run.narrowed is None:
                 run.narrowed = await self._router.narrow(run.conversation, run.session)
@@ -142,13 +161,14 @@ class ToolRouter:
     async def _shows(
         self,
         context: RunContextWrapper[Any],
+        agent: object,
         name: str,
         server: str | None,
         namespace: str | None = None,
     ) -> bool:
         """Whether the tool ``name`` (of MCP server ``server``, or in the SDK ``namespace``,
         which the catalogue reads as its server) is shown on this turn."""
-        run, narrowed = await self._turn(context)
+        run, narrowed = await self._turn(context, agent)
         if (namespace, name) in run.called or _qualified(namespace, name) in narrowed.keep:
             return True  # called this turn, or activated (by the name the SDK reports)
         return narrowed.shows(name, server if server is not None else namespace)
@@ -159,7 +179,7 @@ class ToolRouter:
         async def is_enabled(context: RunContextWrapper[Any], agent: Any) -> bool:
             if not await _allowed(previous, context, agent):
                 return False  # the tool's own rule comes first
-            return await self._shows(context, name, None, namespace)
+            return await self._shows(context, agent, name, None, namespace)
 
         return is_enabled
 
@@ -167,7 +187,9 @@ class ToolRouter:
         async def tool_filter(context: ToolFilterContext, tool: MCPTool) -> bool:
             if not await _passes(previous, context, tool):
                 return False
-            return await self._shows(context.run_context, tool.name, context.server_name)
+            return await self._shows(
+                context.run_context, context.agent, tool.name, context.server_name
+            )
 
         tool_filter._toolroute = True  # type: ignore[attr-defined]
         return tool_filter
@@ -176,7 +198,9 @@ class ToolRouter:
         async def tool_error_formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
             if args.kind != "tool_not_found":
                 return await _maybe(previous(args)) if previous is not None else None
-            run = self._run(args.run_context)
+            run = self._run_of_call(args.run_context, args.call_id)
+            if run is None:  # a call of an agent this router does not route
+                return await _maybe(previous(args)) if previous is not None else None
             run.stale = True  # the turn is answered: the next ``is_enabled`` opens a new one
             if self._router.mode == "activate":
                 self._router.activations.activate(run.session, args.tool_name)
@@ -184,7 +208,7 @@ class ToolRouter:
             narrowed = run.narrowed
             shown = [
                 _qualified(namespace, name)
-                for namespace, name in self._tool_names
+                for namespace, name in run.tool_names
                 if narrowed is not None and narrowed.shows(name, namespace)
             ]
             search = self._router.search_tool
@@ -195,12 +219,21 @@ class ToolRouter:
 
     # -- hooks ----------------------------------------------------------------------------
 
-    def _saw(self, context: RunContextWrapper[Any], items: list[TResponseInputItem]) -> None:
-        self._run(context).conversation = list(items)
+    def _saw(
+        self, context: RunContextWrapper[Any], agent: object, items: list[TResponseInputItem]
+    ) -> None:
+        self._run(context, agent).conversation = list(items)
 
-    def _answered(self, context: RunContextWrapper[Any], response: ModelResponse) -> None:
-        run = self._run(context)
+    def _answered(
+        self, context: RunContextWrapper[Any], agent: object, response: ModelResponse
+    ) -> None:
+        run = self._run(context, agent)
         run.conversation.extend(response.output)
+        run.call_ids = frozenset(
+            call_id
+            for item in response.output
+            if isinstance(call_id := getattr(item, "call_id", None), str)
+        )
         shown = run.narrowed
         # Only calls of tools the turn showed: a hidden one is answered by the rule, not run.
         calls = (
@@ -215,9 +248,9 @@ class ToolRouter:
             if shown is None or shown.shows(name, namespace)
         )
 
-    def _tools_started(self, context: RunContextWrapper[Any]) -> None:
+    def _tools_started(self, context: RunContextWrapper[Any], agent: object) -> None:
         # The SDK's re-check of this turn is behind us: the next ``is_enabled`` opens a turn.
-        self._run(context).stale = True
+        self._run(context, agent).stale = True
 
 
 def _namespace(tool: FunctionTool) -> str | None:
@@ -272,19 +305,19 @@ class _Hooks(AgentHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
-        self._router._saw(context, input_items)
+        self._router._saw(context, agent, input_items)
         if self._inner is not None:
             await self._inner.on_llm_start(context, agent, system_prompt, input_items)
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
-        self._router._answered(context, response)
+        self._router._answered(context, agent, response)
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
-        self._router._tools_started(context)
+        self._router._tools_started(context, agent)
         if self._inner is not None:
             await self._inner.on_tool_start(context, agent, tool)
 

@@ -165,6 +165,56 @@ def test_an_agent_handed_off_to_is_routed_when_routed_too() -> None:
     assert result.final_output == "done"
 
 
+def test_a_refusal_names_only_tools_the_refusing_agent_was_shown() -> None:
+    # One router over two agents: the engine chose get_weather, the triage agent's tool, for
+    # the billing agent's turn; billing was shown none of its own, so the refusal names none.
+    billing_model = steps(function_call("send_email", {"to": "a", "subject": "b"}, call_id="b1"))
+    triage_model = ScriptedModel(
+        [ModelStep(output=[function_call("transfer_to_billing", {}, call_id="t1")])]
+    )
+    weather, email, issue = tools()
+
+    async def main() -> Any:
+        async with asyncio_engine() as engine:
+            router = ToolRouter(engine)
+            billing = router.route(Agent(name="billing", model=billing_model, tools=[email, issue]))
+            triage = Agent(name="triage", model=triage_model, tools=[weather], handoffs=[billing])
+            return await router.run(triage, "what is the weather forecast in Oslo")
+
+    result = asyncio.run(main())
+    assert seen(billing_model)[0] == []
+    assert RAN == []
+    assert outputs(result)["send_email"] == [
+        "The tool 'send_email' is not available on this step, so it was not run. Answer "
+        "without calling a tool."
+    ]
+
+
+def test_an_agent_run_as_a_tool_by_the_same_router_keeps_its_callers_selection() -> None:
+    # ``as_tool`` runs the inner agent nested in the caller's run, sharing its ``Usage``: the
+    # inner conversation must not become the caller's, or the caller's next turn is chosen
+    # for the inner task and its own tool is refused.
+    inner_model = steps(function_call("send_email", {"to": "bob", "subject": "hi"}, call_id="i1"))
+    outer_model = steps(
+        function_call("mailer", {"input": "send an email to bob"}, call_id="o1"),
+        function_call("get_weather", {"city": "Oslo"}, call_id="o2"),
+    )
+
+    async def main() -> Any:
+        async with asyncio_engine() as engine:
+            router = ToolRouter(engine)
+            inner = router.route(Agent(name="inner", model=inner_model, tools=tools()))
+            mailer = inner.as_tool(tool_name="mailer", tool_description="Writes emails.")
+            outer = Agent(name="outer", model=outer_model, tools=[*tools(), mailer])
+            return await router.run(outer, "what is the weather forecast in Oslo")
+
+    result = asyncio.run(main())
+    assert seen(inner_model) == [["send_email"], ["send_email"]]
+    assert seen(outer_model) == [["get_weather", "mailer"]] * 3
+    assert RAN == ["send_email", "get_weather"]
+    assert result.final_output == "done"
+
+
 def test_the_agents_own_is_enabled_hooks_and_run_config_are_kept() -> None:
     never = function_tool(FUNCTIONS[0], is_enabled=False)
     heard: list[str] = []

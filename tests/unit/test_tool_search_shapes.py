@@ -337,3 +337,60 @@ def test_one_name_in_two_openai_namespaces_is_not_a_duplicate() -> None:
     # A host's own search tool, already in the list, is replaced, not a duplicate.
     anthropic = [search_tool("anthropic"), search_tool("anthropic")]
     assert len(mark_deferred("anthropic", anthropic)) == 2
+
+
+def _keys_of(typed_dict: Any) -> set[str]:
+    keys: set[str] = set()
+    for klass in typed_dict.__mro__:
+        keys.update(getattr(klass, "__annotations__", {}))
+    return keys
+
+
+def test_the_openai_shapes_validate_against_the_sdks_own_types() -> None:
+    pytest.importorskip("openai")
+    from openai.types.responses import ResponseToolSearchCall, ToolParam
+    from openai.types.responses.response_tool_search_output_item_param_param import (
+        ResponseToolSearchOutputItemParamParam,
+    )
+    from pydantic import TypeAdapter
+
+    recorded = fixture("openai_exchange")
+    tools = [*mark_deferred("openai", undeferred(recorded["request"]["tools"][:-1]))]
+    tools.append(search_tool("openai"))
+    TypeAdapter(list[ToolParam]).validate_python(tools)
+    # The model's call as the SDK hands it over, dumped as the docs say.
+    call = ResponseToolSearchCall.model_validate(recorded["search_call"]).model_dump()
+    call.pop("created_by", None)
+    written = answer(read_call("openai", call), ["get_forecast"], tools[:1])
+    TypeAdapter(ResponseToolSearchOutputItemParamParam).validate_python(written)
+    assert set(written) <= _keys_of(ResponseToolSearchOutputItemParamParam)
+
+
+def test_the_anthropic_shapes_validate_against_the_sdks_own_types() -> None:
+    pytest.importorskip("anthropic")
+    from anthropic.types import Message, MessageParam, ToolUnionParam
+    from pydantic import TypeAdapter
+
+    recorded = fixture("anthropic_exchange")
+    tools = [*mark_deferred("anthropic", undeferred(recorded["request"]["tools"][:-1]))]
+    tools.append(search_tool("anthropic"))
+    TypeAdapter(list[ToolUnionParam]).validate_python(tools)
+    reply = Message.model_validate(
+        {
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude",
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+            "content": [recorded["search_call"]],
+        }
+    )
+    call = reply.content[0].model_dump()
+    written = answer(read_call("anthropic", call), ["get_forecast"], tools[:1])
+    turns = [
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [written]},
+    ]
+    TypeAdapter(list[MessageParam]).validate_python(turns)

@@ -22,12 +22,13 @@ from test_deciders_loopback import (
     FAST_RETRY,
     MAP_VENDORS,
     NO_RETRY,
+    build,
     failure,
     fixture_request,
     opened,
 )
 
-from toolroute import DecisionError
+from toolroute import ConfigError, DecisionError
 
 #: The vendors whose questions and answers are all addressed by id or position in one call.
 TYPED_VENDORS = (*MAP_VENDORS, "openai_decisions")
@@ -51,6 +52,22 @@ async def test_401_latches_without_another_request(vendor: str) -> None:
     assert second.kind == "authentication"
     assert "rejected this API key earlier" in str(second)
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
+@pytest.mark.parametrize(
+    "key",
+    [API_KEY + "\n" + API_KEY, "tr. " + API_KEY[3:], API_KEY + "\u00e9"],
+    ids=["two-lines", "space", "non-ascii"],
+)
+def test_a_key_with_whitespace_inside_is_refused_at_construction(vendor: str, key: str) -> None:
+    # Two keys pasted together or a line break from an env file: a clear error now,
+    # not a vendor 401 later, and the message never quotes the key.
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        with pytest.raises(ConfigError, match="without whitespace") as info:
+            build(vendor, server, api_key=key)
+        assert API_KEY[3:] not in str(info.value)
+        assert server.requests == []
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,13 @@ from .._core.errors import ConfigError, ProviderError
 from ._deciders.wire import envelope_message
 from ._http.async_driver import LoopOptions, ProviderLoop
 from ._http.retry import Redactor, Reply, TransportError
-from ._http.rules import RetryPolicy, check_base_url, is_retryable_status, url_label
+from ._http.rules import (
+    RetryPolicy,
+    check_base_url,
+    clean_api_key,
+    is_retryable_status,
+    url_label,
+)
 
 #: One retry; back-off as in the openai/anthropic SDKs: 0.5 s doubling, 25 % jitter.
 GENERATOR_RETRY = RetryPolicy(retries=1, backoff_s=0.5, max_backoff_s=8.0, jitter=0.25)
@@ -96,7 +102,7 @@ class _JsonGenerator:
         self._codec = codec
         self.vendor = codec.vendor
         self.model = model
-        self._api_key = (api_key or "").strip()
+        self._api_key = clean_api_key(api_key)
         self._timeout_s = float(timeout_s)
         headers = codec.headers(self._api_key)
         self._redact = Redactor.for_headers(headers, [self._api_key])

@@ -21,7 +21,7 @@ from ..._core.decide.types import DecisionRequest, DecisionResult
 from ..._core.errors import ConfigError, DecisionError, ProviderError
 from .._http.async_driver import LoopOptions, ProviderLoop
 from .._http.retry import Redactor, Reply, TransportError
-from .._http.rules import RetryPolicy
+from .._http.rules import RetryPolicy, clean_api_key
 from .codec import DecisionCodec, VendorCodec, VendorSpec
 from .wire import Kind, Wire
 
@@ -94,7 +94,8 @@ class HttpDecider:
             ``transport`` and ``rng``.
 
     Raises:
-        ConfigError: a bad base URL, or a header value that is not printable ASCII.
+        ConfigError: a bad base URL, a key with whitespace inside, or a header value
+            that is not printable ASCII.
     """
 
     #: Canonical provider name, used in results and events.
@@ -129,7 +130,7 @@ class HttpDecider:
         spec: VendorSpec = codec.spec
         self.name, self.vendor, self.limits = spec.name, spec.vendor, spec.limits
         self._spec = spec
-        self._api_key = (api_key or "").strip()
+        self._api_key = clean_api_key(api_key)
         url = base_url or spec.default_base_url
         if not url:
             raise ConfigError(f"{spec.vendor} needs base_url (no public default endpoint)")

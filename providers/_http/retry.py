@@ -85,6 +85,34 @@ class Redactor:
         return repr(self.cut(body.decode("utf-8", errors="replace")))
 
 
+def loads_body(body: bytes, headers: Mapping[str, str]) -> object:
+    """``body`` as JSON: UTF-8, -16 or -32 (a BOM allowed), else the charset that
+    ``content-type`` declares.
+
+    Raises:
+        ValueError: the body is not JSON in either reading.
+    """
+    try:
+        return json.loads(body)
+    except UnicodeDecodeError:
+        charset = _declared_charset(headers.get("content-type", ""))
+        if charset is None:
+            raise
+        try:
+            text = body.decode(charset)
+        except (LookupError, UnicodeDecodeError):
+            raise ValueError(f"body is not valid {charset}") from None
+        return json.loads(text)
+
+
+def _declared_charset(content_type: str) -> str | None:
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip(' "'):
+            return value.strip(' "')
+    return None
+
+
 @attrs.frozen
 class Reply:
     """One HTTP response, read whole.
@@ -102,10 +130,9 @@ class Reply:
     def json(self) -> object:
         """The decoded body, or ``None`` when it is not JSON."""
         try:
-            decoded: object = json.loads(self.body)
+            return loads_body(self.body, self.headers)
         except (ValueError, RecursionError):
             return None
-        return decoded
 
     def excerpt(self, secrets: Iterable[str] = ()) -> str:
         """A short, redacted quote of the body for an error message."""

@@ -125,6 +125,23 @@ def check_base_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def clean_api_key(api_key: str | None) -> str:
+    """``api_key`` without surrounding whitespace (as read from a key file); ``""`` if blank.
+
+    Raises:
+        ConfigError: whitespace or a non-printable character inside the key, which no
+            vendor issues (two keys pasted together, a line break from an env file);
+            the message never quotes the key.
+    """
+    key = (api_key or "").strip()
+    if not key.isascii() or any(ch.isspace() or not ch.isprintable() for ch in key):
+        raise ConfigError(
+            "api_key must be printable ASCII without whitespace inside,"
+            " got a key with whitespace or other characters in it"
+        )
+    return key
+
+
 _SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
 
 

@@ -26,7 +26,7 @@ import httpx
 from ..._core.decide.limits import PROVIDER_CONNECTIONS
 from ..._core.errors import ConfigError, ProviderError
 from .plain_errors import PlainErrors
-from .retry import Redactor, Reply, RetryCore, Stop, TransportError, Wait
+from .retry import Redactor, Reply, RetryCore, Stop, TransportError, Wait, loads_body
 from .rules import RetryPolicy, check_base_url, is_loopback
 
 #: The transport type a test may hand to :class:`JsonClient`; re-exported so
@@ -180,7 +180,7 @@ class JsonClient:
 
     def _decode(self, reply: Reply, what: str) -> object:
         try:
-            decoded: object = json.loads(reply.body)
+            decoded: object = loads_body(reply.body, reply.headers)
         except (ValueError, RecursionError) as exc:
             # UnicodeDecodeError is a ValueError too.
             raise ProviderError(

@@ -8,6 +8,7 @@ fixtures' (see ``test_deciders_loopback.py``, whose helpers are used here).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import secrets
@@ -16,18 +17,19 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from loopback.decision_vendors import FIXTURE_VENDORS, Fault, serve_vendor
+from loopback.decision_vendors import FIXTURE_VENDORS, Fault, load_fixture, serve_vendor
 from test_deciders_loopback import (
     API_KEY,
     FAST_RETRY,
     MAP_VENDORS,
     NO_RETRY,
+    build,
     failure,
     fixture_request,
     opened,
 )
 
-from toolroute import DecisionError
+from toolroute import ConfigError, DecisionError
 
 #: The vendors whose questions and answers are all addressed by id or position in one call.
 TYPED_VENDORS = (*MAP_VENDORS, "openai_decisions")
@@ -51,6 +53,22 @@ async def test_401_latches_without_another_request(vendor: str) -> None:
     assert second.kind == "authentication"
     assert "rejected this API key earlier" in str(second)
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("vendor", FIXTURE_VENDORS)
+@pytest.mark.parametrize(
+    "key",
+    [API_KEY + "\n" + API_KEY, "tr. " + API_KEY[3:], API_KEY + "\u00e9"],
+    ids=["two-lines", "space", "non-ascii"],
+)
+def test_a_key_with_whitespace_inside_is_refused_at_construction(vendor: str, key: str) -> None:
+    # Two keys pasted together or a line break from an env file: a clear error now,
+    # not a vendor 401 later, and the message never quotes the key.
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        with pytest.raises(ConfigError, match="without whitespace") as info:
+            build(vendor, server, api_key=key)
+        assert API_KEY[3:] not in str(info.value)
+        assert server.requests == []
 
 
 @pytest.mark.parametrize(
@@ -269,6 +287,36 @@ async def test_garbage_json_is_a_server_error(vendor: str) -> None:
     assert (error.kind, error.status) == ("server", 200)
     assert "not JSON" in str(error)
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("vendor", MAP_VENDORS)
+async def test_a_body_in_a_declared_charset_is_read(vendor: str) -> None:
+    # RFC 8259 asks for UTF-8, but a proxy or an older server may re-encode the body and
+    # say so in Content-Type; a byte that is not UTF-8 must not lose the whole answer.
+    reply = load_fixture(vendor)["response"]
+    assert isinstance(reply, dict)
+    reply = {**reply, "note": "caf\u00e9"}
+    text = json.dumps(reply, ensure_ascii=False)
+    latin = (("content-type", "application/json; charset=ISO-8859-1"),)
+    with serve_vendor(vendor, api_key=API_KEY) as server:
+        server.fault = Fault(kind="garbage", body=text.encode("latin-1"), headers=latin)
+        async with opened(vendor, server) as decider:
+            read = await decider.decide(fixture_request(vendor))
+        server.fault = Fault(kind="garbage", body=text.encode())
+        async with opened(vendor, server) as decider:
+            plain = await decider.decide(fixture_request(vendor))
+    assert read.answers == plain.answers
+    assert read.answers
+
+
+async def test_a_body_that_is_not_in_its_declared_charset_is_a_server_error() -> None:
+    bad = (("content-type", "application/json; charset=no-such-charset"),)
+    with serve_vendor("typesafe", api_key=API_KEY) as server:
+        server.fault = Fault(kind="garbage", body=b'{"answers": "\xff"}', headers=bad)
+        async with opened("typesafe", server) as decider:
+            error = await failure(decider, fixture_request("typesafe"))
+    assert (error.kind, error.status) == ("server", 200)
+    assert "not JSON" in str(error)
 
 
 WRONG_TYPES = [

@@ -391,6 +391,21 @@ async def test_anthropic_without_a_key_fails_without_network(
 
 
 @pytest.mark.parametrize(
+    "key", ["sk-one\nsk-two", "sk one", "sk-\u00e9"], ids=["two-lines", "space", "non-ascii"]
+)
+async def test_a_key_with_whitespace_inside_is_refused_at_construction(
+    server: FakeVendor, openai: Any, anthropic: Any, key: str
+) -> None:
+    # Surrounding whitespace from an env file is dropped; inside a key it is a mistake
+    # the vendor would answer with 401, so the caller hears it at once, without the key.
+    for make in (openai, anthropic):
+        with pytest.raises(ConfigError, match="without whitespace") as info:
+            make(api_key=key)
+        assert "sk" not in str(info.value)
+    assert server.seen == []
+
+
+@pytest.mark.parametrize(
     "reply",
     [
         Script(400, openai_error("invalid_request_error", f"Incorrect API key provided: {KEY}")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import socket
@@ -290,6 +291,13 @@ def test_garbage_json(server: FakeOpenAI, make: Any) -> None:
     assert "upstream" in str(info.value)
     assert_clean(info.value)
     assert len(server.seen) == 1
+
+
+def test_a_body_in_a_declared_charset_is_read(server: FakeOpenAI, make: Any) -> None:
+    body = {**success_body(["a"]), "note": "r\u00e9sum\u00e9"}
+    raw = json.dumps(body, ensure_ascii=False).encode("latin-1")
+    server.then(Reply(body=raw, headers={"Content-Type": "application/json; charset=latin-1"}))
+    np.testing.assert_allclose(make().embed(["a"]), expected(["a"]), rtol=1e-6, atol=1e-6)
 
 
 def test_missing_data(server: FakeOpenAI, make: Any) -> None:

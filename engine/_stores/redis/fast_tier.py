@@ -21,15 +21,13 @@ take waits (the latest folder per model) and is made when Redis returns.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ..embedding_cache import _write_atomically
 from .caches import Command, _hset
 from .link import UNAVAILABLE, RedisLink
 
@@ -245,14 +243,6 @@ def _write_folder(directory: Path, files: dict[str, bytes], manifest: bytes) -> 
     # leaves files no manifest names, and the tier is fitted again, never misread.
     (directory / _MANIFEST).unlink(missing_ok=True)
     for name, content in (*files.items(), (_MANIFEST, manifest)):
-        # A temporary file of this writer's own: workers of one host sharing the folder
-        # may fetch at the same moment, and must not write into one another's file.
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".fetched")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-            os.replace(temporary, directory / name)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        # Through a temporary file of this writer's own: workers of one host sharing the
+        # folder may fetch at the same moment, and must not write into one another's file.
+        _write_atomically(directory / name, content)
